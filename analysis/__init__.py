@@ -1,0 +1,1 @@
+"""Readings over a Trace: pure functions shared by the TUI and the headless commands."""

@@ -1,0 +1,88 @@
+"""GPU busy time: the union of kernel/memcpy/memset intervals over all streams of a device.
+
+Never a per-stream sum: two overlapping streams are busy once, not twice.
+
+    stream 7   ████    ██████
+    stream 13    ██████          ██
+    busy       ██████████████    ██    <- union
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loaders.model import GPU_WORK_KINDS, Trace
+
+
+def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge intervals into sorted, disjoint [start, end) spans (vectorised)."""
+    if start.size == 0:
+        return start.astype(np.int64), end.astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
+    reach = np.maximum.accumulate(e)
+    # A new span begins where the start is past everything seen so far.
+    new = np.empty(s.size, dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    ends = np.concatenate((reach[idx[1:] - 1], reach[-1:]))
+    return s[idx], ends
+
+
+def clip_total(span_start: np.ndarray, span_end: np.ndarray, t0: int, t1: int) -> int:
+    """Total length of disjoint spans inside [t0, t1)."""
+    if span_start.size == 0 or t1 <= t0:
+        return 0
+    s = np.clip(span_start, t0, t1)
+    e = np.clip(span_end, t0, t1)
+    return int((e - s).sum())
+
+
+class BusySpans:
+    """Disjoint busy spans of one device, with prefix sums for O(log n) window queries."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        self.start, self.end = union(start, end)
+        self.cum = np.concatenate(([0], np.cumsum(self.end - self.start)))
+
+    def busy_before(self, t: np.ndarray | int) -> np.ndarray:
+        """B(t): busy time in (-inf, t); vectorised over t."""
+        t = np.asarray(t, dtype=np.int64)
+        k = np.searchsorted(self.start, t, "right")  # spans starting at or before t
+        partial = np.where(k > 0, np.minimum(t, self.end[np.maximum(k - 1, 0)]) - self.start[np.maximum(k - 1, 0)], 0)
+        full = self.cum[np.maximum(k - 1, 0)]
+        return np.where(k > 0, full + partial, 0)
+
+    def busy_in(self, t0: int, t1: int) -> int:
+        if t1 <= t0:
+            return 0
+        b = self.busy_before(np.asarray([t0, t1]))
+        return int(b[1] - b[0])
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1])
+
+
+def gpu_work(trace: Trace, device: int | None = None) -> np.ndarray:
+    """Indices of events that make a device busy (all devices when ``device`` is None)."""
+    mask = trace.mask(GPU_WORK_KINDS)
+    if device is not None:
+        mask &= trace.device_of_event() == device
+    return np.flatnonzero(mask)
+
+
+def device_busy(trace: Trace, device: int) -> BusySpans:
+    idx = gpu_work(trace, device)
+    return BusySpans(trace.start_ns[idx], trace.end_ns[idx])
+
+
+def gpu_window(trace: Trace, device: int | None = None) -> tuple[int, int]:
+    """First to last GPU activity: the default analysis window (whole trace if no GPU work)."""
+    idx = gpu_work(trace, device)
+    if idx.size == 0:
+        if len(trace) == 0:
+            return 0, 0
+        return int(trace.start_ns.min()), int(trace.end_ns.max())
+    return int(trace.start_ns[idx].min()), int(trace.end_ns[idx].max())

@@ -1,0 +1,41 @@
+"""Shared fixtures: where the real traces live, and a cache of loaded traces per session."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+
+from loaders import load
+from loaders.model import Trace
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+SAMPLES = SHARED / "samples"
+PUBLIC = SHARED / "public-samples"
+BUNDLED = ROOT / "samples"
+
+
+def sample(name: str) -> Path:
+    """A shared H200 sample, or skip when the shared folder is not beside the checkout."""
+    for folder in (SAMPLES, BUNDLED):
+        path = folder / name
+        if path.exists():
+            return path
+    pytest.skip(f"sample {name} not available")
+
+
+@functools.lru_cache(maxsize=16)
+def _cached(path: str) -> Trace:
+    return load(path)
+
+
+def loaded(name: str) -> Trace:
+    """Load a sample once per test session (traces are treated as read-only by tests)."""
+    return _cached(str(sample(name)))
+
+
+def meta(name: str) -> dict:
+    return json.loads(sample(name).read_text())

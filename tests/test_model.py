@@ -1,0 +1,107 @@
+"""The lane model: window queries, depth packing, launch links, name cleaning."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loaders.events import EventColumns
+from loaders.model import Kind, LaneKind, Meta, clean_name, pack_depths
+
+
+def _trace(intervals, lane_key=(LaneKind.CPU_OPS, 1, 1)):
+    cols = EventColumns()
+    for i, (s, e) in enumerate(intervals):
+        cols.add(lane_key, s, e, f"ev{i}", Kind.CPU_OP)
+    return cols.finish(Meta("test"), None)
+
+
+intervals = st.lists(
+    st.tuples(st.integers(0, 10_000), st.integers(0, 2_000)).map(lambda t: (t[0], t[0] + t[1])),
+    min_size=0,
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals, st.integers(-100, 12_000), st.integers(0, 5_000))
+def test_window_matches_brute_force(ivs, t0, width):
+    trace = _trace(ivs)
+    t1 = t0 + width
+    origin = trace.meta.origin_ns
+    got = set()
+    for row in range(trace.row_lane.size):
+        for i in trace.window(row, t0 - origin, t1 - origin):
+            got.add((int(trace.start_ns[i]) + origin, int(trace.end_ns[i]) + origin, trace.name(i)))
+    want = set()
+    for i, (s, e) in enumerate(ivs):
+        if (e > t0 and s < t1) or (s == e and t0 <= s < t1):
+            want.add((s, e, f"ev{i}"))
+    assert got == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(intervals)
+def test_rows_never_overlap_and_keep_every_event(ivs):
+    trace = _trace(ivs)
+    assert len(trace) == len(ivs)
+    for row in range(trace.row_lane.size):
+        sl = trace.row_slice(row)
+        s, e = trace.start_ns[sl], trace.end_ns[sl]
+        assert np.all(np.diff(s) >= 0)
+        assert np.all(s[1:] >= e[:-1]), "two events share a sub-row and overlap"
+
+
+def test_nested_slices_get_their_nesting_depth():
+    lane = np.zeros(4, np.int32)
+    start = np.array([0, 1, 2, 5])
+    end = np.array([10, 9, 3, 6])
+    assert pack_depths(lane, start, end).tolist() == [0, 1, 2, 2]
+
+
+def test_partial_overlap_goes_one_level_deeper_instead_of_being_dropped():
+    # A child that ends 1 ns after its parent (float rounding), then a sibling.
+    lane = np.zeros(3, np.int32)
+    start = np.array([0, 2, 11])
+    end = np.array([10, 11, 13])
+    depth = pack_depths(lane, start, end)
+    assert depth.tolist()[:2] == [0, 1]
+    # The sibling starts before the child ends: it must not share the child's row.
+    assert depth[2] != depth[1] or start[2] >= end[1]
+
+
+def test_launch_links_by_correlation_one_to_many():
+    cols = EventColumns()
+    cols.add((LaneKind.CUDA_API, 1, 1), 0, 10, "cudaGraphLaunch", Kind.CUDA_API, corr=7)
+    for k in range(3):
+        cols.add((LaneKind.STREAM, 0, 7), 20 + 10 * k, 25 + 10 * k, f"k{k}", Kind.KERNEL, corr=7)
+    cols.add((LaneKind.STREAM, 0, 7), 100, 110, "orphan", Kind.KERNEL, corr=99)
+    trace = cols.finish(Meta("test"), None)
+    api = int(np.flatnonzero(trace.kind == Kind.CUDA_API)[0])
+    kernels = trace.launched_by(api)
+    assert sorted(trace.name(i) for i in kernels) == ["k0", "k1", "k2"]
+    orphan = next(i for i in range(len(trace)) if trace.name(i) == "orphan")
+    assert trace.launch[orphan] == -1
+
+
+def test_correlation_ids_are_scoped():
+    cols = EventColumns()
+    cols.add((LaneKind.CUDA_API, 1, 1), 0, 10, "launchA", Kind.CUDA_API, corr=5)
+    cols.add((LaneKind.CUDA_API, 2, 2), 0, 10, "launchB", Kind.CUDA_API, corr=5)
+    cols.add((LaneKind.STREAM, 0, 7), 20, 30, "kB", Kind.KERNEL, corr=5)
+    scope = np.array([1, 2, 2])  # event order as added
+    trace = cols.finish(Meta("test"), scope)
+    k = next(i for i in range(len(trace)) if trace.name(i) == "kB")
+    assert trace.name(int(trace.launch[k])) == "launchB"
+
+
+def test_clean_name_strips_terminal_controls():
+    assert clean_name("ok\x1b[31mred\x1b[0m\x07\x9b") == "okred"
+    assert clean_name("plain name<4>") == "plain name<4>"
+
+
+def test_times_are_relative_to_origin():
+    trace = _trace([(1_000_000_000_123, 1_000_000_000_200)])
+    assert trace.meta.origin_ns == 1_000_000_000_123
+    assert trace.start_ns.tolist() == [0] and trace.end_ns.tolist() == [77]

@@ -1,0 +1,134 @@
+"""The `gaplens` command line: the TUI by default, headless readings as subcommands.
+
+Errors are one line on stderr: exit 2 for unusable input, 1 for an internal failure.
+Set GAPLENS_DEBUG=1 to see the traceback of an internal failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from loaders import TraceError, load
+from loaders.model import Trace
+
+COMMANDS = ("summary", "gaps", "smells", "report", "compare")
+
+
+def bundled_sample() -> str:
+    """Path of the default trace shipped inside the package."""
+    from importlib.resources import files
+
+    return str(files("samples") / "decode_eager.json.gz")
+
+
+def _load(path: str, quiet: bool = False) -> Trace:
+    trace = load(path)
+    if not quiet:
+        for warning in trace.meta.warnings:
+            print(f"gaplens: warning: {warning}", file=sys.stderr)
+    return trace
+
+
+def _print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False))
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from analysis.summary import summary
+    from tui.commands.summary import render_text
+
+    trace = _load(args.trace)
+    if args.json:
+        _print_json(summary(trace, args.top))
+    else:
+        print(render_text(trace, args.top))
+    return 0
+
+
+def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    table: dict[str, Callable[[argparse.Namespace], int]] = {"summary": cmd_summary}
+    try:
+        from tui.commands import readings  # gaps, smells, report, compare
+
+        table.update(readings.COMMANDS)
+    except ImportError:
+        pass
+    return table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gaplens",
+        description="GPU profiler timelines in the terminal: is the device busy, or not being fed?",
+    )
+    sub = parser.add_subparsers(dest="command")
+    p = sub.add_parser("summary", help="devices, busy share, phases, top kernels / API / ranges")
+    p.add_argument("trace")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--top", type=int, default=10, help="rows per top list (default 10)")
+    try:
+        from tui.commands import readings
+
+        readings.add_parsers(sub)
+    except ImportError:
+        pass
+    return parser
+
+
+def build_tui_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gaplens",
+        description="Open a trace in the timeline viewer. Subcommands: " + ", ".join(COMMANDS),
+    )
+    parser.add_argument(
+        "trace", nargs="?", help="Kineto .json[.gz] or nsys .sqlite[.gz]/.nsys-rep (default: bundled sample)"
+    )
+    return parser
+
+
+def run_tui(path: str | None) -> int:
+    try:
+        from tui.app import run_app
+    except ImportError:
+        # The viewer is not built yet: print the headless reading of the trace instead.
+        from tui.commands.summary import render_text
+
+        print(render_text(_load(path or bundled_sample())))
+        return 0
+    return run_app(path or bundled_sample())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in COMMANDS:
+            args = build_parser().parse_args(argv)
+            handler = _commands().get(args.command)
+            if handler is None:
+                print(f"gaplens: {args.command}: not available in this build", file=sys.stderr)
+                return 2
+            return handler(args)
+        if argv and argv[0] in ("-h", "--help"):
+            build_tui_parser().print_help()
+            print()
+            build_parser().print_help()
+            return 0
+        args = build_tui_parser().parse_args(argv)
+        return run_tui(args.trace)
+    except TraceError as exc:
+        print(f"gaplens: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:
+        if os.environ.get("GAPLENS_DEBUG"):
+            traceback.print_exc()
+        print(f"gaplens: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

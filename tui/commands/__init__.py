@@ -1,0 +1,1 @@
+"""Headless commands: each module renders one reading as text or JSON."""
