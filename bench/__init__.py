@@ -1,0 +1,1 @@
+"""Benchmarks: `python -m bench` prints ratios against baselines measured in the same run."""
