@@ -1,0 +1,442 @@
+"""The annotations store: step answers, pinned notes, marked phases and the chosen experiment.
+
+Saved as ``<trace>.gaplens.json`` beside the trace, or in the user's state directory
+when the trace's folder is not writable. Writes are atomic (temp file in the same
+folder, fsync, ``os.replace``), so a crash mid-write leaves the previous file whole.
+A store is keyed to the trace's content by a fingerprint; a file written for other
+content, or one that does not parse, is ignored with a warning and never crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from loaders.model import clean_name
+
+SCHEMA = "gaplens-notes"
+VERSION = 1
+SUFFIX = ".gaplens.json"
+_CHUNK = 1 << 20
+_MAX_TEXT = 4000  # a note is a sentence or a paragraph, not a document
+
+#: The six steps of the reading protocol (DESIGN.md), numbered 1..6.
+STEP_TITLES = {
+    1: "Name the workload",
+    2: "Mark the phases",
+    3: "Zoom out",
+    4: "Zoom in",
+    5: "Explain the blank region",
+    6: "Propose one experiment",
+}
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """Size plus a hash of the first and last MiB: fast on a 200 MB trace, yet content-keyed."""
+    size = os.path.getsize(path)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(str(size).encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(_CHUNK))
+        if size > _CHUNK:
+            fh.seek(max(_CHUNK, size - _CHUNK))
+            h.update(fh.read(_CHUNK))
+    return f"fp1:{size}:{h.hexdigest()}"
+
+
+@dataclass
+class Note:
+    """A note pinned to a time (``event_name`` empty) or to an event (re-found by name and start)."""
+
+    id: int
+    text: str
+    start_ns: int
+    end_ns: int | None = None
+    event_name: str = ""
+    lane_name: str = ""
+
+    @property
+    def pinned_to_event(self) -> bool:
+        return bool(self.event_name)
+
+
+@dataclass
+class MarkedPhase:
+    """A range the user marked, or a trace phase the user renamed (``original`` set)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    original: str = ""
+
+
+@dataclass
+class Notes:
+    """Everything the user wrote about one trace."""
+
+    fingerprint: str = ""
+    trace_name: str = ""
+    origin_ns: int = 0
+    answers: dict[int, str] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    phases: list[MarkedPhase] = field(default_factory=list)
+    experiment: str = ""
+    saved_at: float = 0.0
+
+    # ---- editing ----------------------------------------------------------
+    def add_note(
+        self,
+        text: str,
+        start_ns: int,
+        end_ns: int | None = None,
+        event_name: str = "",
+        lane_name: str = "",
+    ) -> Note:
+        nid = max((n.id for n in self.notes), default=0) + 1
+        note = Note(nid, _text(text), int(start_ns), None if end_ns is None else int(end_ns), event_name, lane_name)
+        self.notes.append(note)
+        self.notes.sort(key=lambda n: (n.start_ns, n.id))
+        return note
+
+    def edit_note(self, note_id: int, text: str) -> Note:
+        note = self.note(note_id)
+        note.text = _text(text)
+        return note
+
+    def delete_note(self, note_id: int) -> None:
+        self.notes = [n for n in self.notes if n.id != note_id]
+
+    def note(self, note_id: int) -> Note:
+        for n in self.notes:
+            if n.id == note_id:
+                return n
+        raise KeyError(note_id)
+
+    def set_answer(self, step: int, text: str) -> None:
+        if step not in STEP_TITLES:
+            raise ValueError(f"no protocol step {step}")
+        text = _text(text)
+        if text:
+            self.answers[step] = text
+        else:
+            self.answers.pop(step, None)
+
+    def mark_phase(self, name: str, start_ns: int, end_ns: int, original: str = "") -> MarkedPhase:
+        a, b = sorted((int(start_ns), int(end_ns)))
+        # Renaming twice replaces the first rename rather than stacking them.
+        if original:
+            self.phases = [p for p in self.phases if not (p.original == original and p.start_ns == a)]
+        phase = MarkedPhase(_text(name) or "phase", a, b, original)
+        self.phases.append(phase)
+        self.phases.sort(key=lambda p: (p.start_ns, p.end_ns))
+        return phase
+
+    @property
+    def empty(self) -> bool:
+        return not (self.answers or self.notes or self.phases or self.experiment)
+
+    # ---- (de)serialising --------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "fingerprint": self.fingerprint,
+            "trace_name": self.trace_name,
+            "origin_ns": self.origin_ns,
+            "saved_at": self.saved_at,
+            "answers": {str(k): v for k, v in sorted(self.answers.items())},
+            "notes": [asdict(n) for n in self.notes],
+            "phases": [asdict(p) for p in self.phases],
+            "experiment": self.experiment,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Notes:
+        """Parse a stored dict; raises ValueError on anything that is not our schema."""
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError("not a gaplens notes file")
+        if int(data.get("version", 0)) > VERSION:
+            raise ValueError(f"written by a newer gaplens (notes version {data.get('version')})")
+        try:
+            answers = {int(k): _text(v) for k, v in dict(data.get("answers") or {}).items() if int(k) in STEP_TITLES}
+            notes = [
+                Note(
+                    int(n["id"]),
+                    _text(n.get("text", "")),
+                    int(n["start_ns"]),
+                    None if n.get("end_ns") is None else int(n["end_ns"]),
+                    _text(n.get("event_name", "")),
+                    _text(n.get("lane_name", "")),
+                )
+                for n in data.get("notes") or []
+            ]
+            phases = [
+                MarkedPhase(_text(p["name"]), int(p["start_ns"]), int(p["end_ns"]), _text(p.get("original", "")))
+                for p in data.get("phases") or []
+            ]
+            return cls(
+                fingerprint=str(data.get("fingerprint", "")),
+                trace_name=_text(data.get("trace_name", "")),
+                origin_ns=int(data.get("origin_ns") or 0),
+                answers=answers,
+                notes=notes,
+                phases=phases,
+                experiment=_text(data.get("experiment", "")),
+                saved_at=float(data.get("saved_at") or 0.0),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed notes file ({type(exc).__name__}: {exc})") from None
+
+
+def _text(value: object) -> str:
+    """Stored text is untrusted on the way back in: strip controls, cap the length."""
+    text = value if isinstance(value, str) else ("" if value is None else str(value))
+    # Keep newlines in answers; drop every other control character.
+    return "\n".join(clean_name(line) for line in text[:_MAX_TEXT].splitlines()).strip()
+
+
+# ---- where the file lives ----------------------------------------------------
+
+
+def state_dir() -> Path:
+    """``$GAPLENS_STATE_DIR``, else ``$XDG_STATE_HOME/gaplens``, else ``~/.local/state/gaplens``."""
+    if os.environ.get("GAPLENS_STATE_DIR"):
+        return Path(os.environ["GAPLENS_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "gaplens"
+
+
+def beside_path(trace_path: str | os.PathLike) -> Path:
+    p = Path(trace_path)
+    return p.with_name(p.name + SUFFIX)
+
+
+def state_path(trace_path: str | os.PathLike, fp: str) -> Path:
+    """One file per trace content in the state dir; the name keeps it recognisable."""
+    digest = fp.rsplit(":", 1)[-1][:16]
+    return state_dir() / f"{Path(trace_path).name}.{digest}{SUFFIX}"
+
+
+def _writable(folder: Path) -> bool:
+    return folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+
+
+class NotesStore:
+    """Loads and saves the notes of one trace; remembers where they live.
+
+    ``warn`` receives one-line messages (ignored files, fallbacks); it never raises.
+    """
+
+    def __init__(
+        self,
+        trace_path: str | os.PathLike,
+        origin_ns: int = 0,
+        warn: Callable[[str], None] | None = None,
+        writable: Callable[[Path], bool] = _writable,
+    ) -> None:
+        self.trace_path = Path(trace_path)
+        self.fingerprint = fingerprint(trace_path)
+        self.origin_ns = int(origin_ns)
+        self.warnings: list[str] = []
+        self._warn_cb = warn
+        self._writable = writable
+        self.path: Path | None = None  # where the last load found / save wrote the notes
+        self._unreadable: set[Path] = set()
+
+    def _warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+        if self._warn_cb is not None:
+            self._warn_cb(msg)
+
+    def candidates(self) -> list[Path]:
+        return [beside_path(self.trace_path), state_path(self.trace_path, self.fingerprint)]
+
+    def load(self) -> Notes:
+        """The notes saved for this trace's content, or empty notes (with warnings) when none are usable."""
+        found: list[tuple[Path, Notes]] = []
+        for path in self.candidates():
+            notes = self._read(path)
+            if notes is not None:
+                found.append((path, notes))
+        if not found:
+            self.path = None
+            return self._fresh()
+        # Saved in both places (the folder became writable again): the newer one wins.
+        self.path, best = max(found, key=lambda pn: pn[1].saved_at)
+        return self._rebase(best)
+
+    def _read(self, path: Path) -> Notes | None:
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._warn(f"cannot read notes {path}: {exc.strerror or exc}")
+            return None
+        try:
+            notes = Notes.from_dict(json.loads(raw))
+        except (ValueError, UnicodeDecodeError) as exc:
+            self._unreadable.add(path)
+            self._warn(f"ignoring notes file {path}: {str(exc).splitlines()[0][:120]}")
+            return None
+        if notes.fingerprint != self.fingerprint:
+            self._unreadable.add(path)
+            self._warn(f"ignoring notes file {path}: it was written for other content of {notes.trace_name!r}")
+            return None
+        return notes
+
+    def _fresh(self) -> Notes:
+        return Notes(fingerprint=self.fingerprint, trace_name=self.trace_path.name, origin_ns=self.origin_ns)
+
+    def _rebase(self, notes: Notes) -> Notes:
+        """Times are relative to the loader's origin; shift them if the origin moved."""
+        shift = notes.origin_ns - self.origin_ns
+        if shift and notes.origin_ns and self.origin_ns:
+            for n in notes.notes:
+                n.start_ns += shift
+                n.end_ns = None if n.end_ns is None else n.end_ns + shift
+            for p in notes.phases:
+                p.start_ns += shift
+                p.end_ns += shift
+            notes.origin_ns = self.origin_ns
+        return notes
+
+    def save(self, notes: Notes) -> Path:
+        """Write atomically beside the trace, else in the state dir; returns where it went."""
+        notes.fingerprint = self.fingerprint
+        notes.trace_name = notes.trace_name or self.trace_path.name
+        notes.origin_ns = notes.origin_ns or self.origin_ns
+        notes.saved_at = time.time()
+        data = json.dumps(notes.to_dict(), indent=2, ensure_ascii=False).encode()
+        beside, fallback = self.candidates()
+        targets = [beside] if self._writable(beside.parent) else []
+        targets.append(fallback)
+        last_error: OSError | None = None
+        for target in targets:
+            try:
+                if target == fallback:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                if target in self._unreadable and target.exists():
+                    # Keep what we could not read rather than silently overwrite it.
+                    os.replace(target, target.with_name(target.name + ".bak"))
+                    self._unreadable.discard(target)
+                atomic_write(target, data)
+                _remove_stale_temps(target)
+            except OSError as exc:
+                last_error = exc
+                continue
+            if target == fallback and self.path != fallback:
+                self._warn(f"{beside.parent} is not writable: notes saved in {fallback}")
+            self.path = target
+            return target
+        raise OSError(f"cannot save notes: {last_error}")
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, fsync, rename over: readers see the old or the new file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        # Make the rename itself durable; not possible on every platform.
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _remove_stale_temps(path: Path, age_s: float = 60.0) -> None:
+    """Temp files left by a writer that was killed; young ones may belong to a live writer."""
+    now = time.time()
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > age_s:
+                tmp.unlink()
+
+
+# ---- re-attaching to the trace ------------------------------------------------
+
+
+def find_event(trace, name: str, start_ns: int, tolerance_ns: int = 1000) -> int | None:
+    """Index of the event called ``name`` starting nearest ``start_ns`` (within tolerance)."""
+    try:
+        name_id = trace.names.index(name)
+    except ValueError:
+        return None
+    idx = np.flatnonzero(trace.name_id == name_id)
+    if idx.size == 0:
+        return None
+    k = int(np.argmin(np.abs(trace.start_ns[idx] - int(start_ns))))
+    if abs(int(trace.start_ns[idx[k]]) - int(start_ns)) > tolerance_ns:
+        return None
+    return int(idx[k])
+
+
+def note_for_event(notes: Notes, trace, index: int, text: str) -> Note:
+    """Pin a note to event ``index``, storing what re-finds it next time (name, start, lane)."""
+    lane = trace.lanes[int(trace.lane[index])]
+    return notes.add_note(
+        text,
+        int(trace.start_ns[index]),
+        int(trace.end_ns[index]),
+        event_name=trace.names[int(trace.name_id[index])],
+        lane_name=lane.name,
+    )
+
+
+# ---- Markdown --------------------------------------------------------------------
+
+
+def notes_markdown(notes: Notes | None, heading: str = "##") -> str:
+    """The user's words as Markdown: answers per step, the experiment, marked phases, pinned notes."""
+    from analysis.units import fmt_ns
+
+    if notes is None or notes.empty:
+        return ""
+    lines = [f"{heading} Your reading", ""]
+    for step, title in STEP_TITLES.items():
+        answer = notes.answers.get(step)
+        if answer:
+            lines += [f"**{step}. {title}.** " + answer.replace("\n", "  \n"), ""]
+    if notes.experiment:
+        lines += [f"**The experiment.** {notes.experiment}", ""]
+    if notes.phases:
+        lines += [f"{heading}# Phases you marked", ""]
+        for p in notes.phases:
+            what = f" (renamed from `{_code(p.original)}`)" if p.original else ""
+            span = f"{fmt_ns(p.start_ns)} – {fmt_ns(p.end_ns)} ({fmt_ns(p.end_ns - p.start_ns)})"
+            lines.append(f"- **{p.name}**{what}: {span}")
+        lines.append("")
+    if notes.notes:
+        lines += [f"{heading}# Notes", ""]
+        for n in notes.notes:
+            where = f"at {fmt_ns(n.start_ns)}"
+            if n.event_name:
+                where += f", on `{_code(n.event_name[:80])}`"
+                if n.lane_name:
+                    where += f" ({_code(n.lane_name)})"
+            lines.append(f"- {where}: {n.text}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _code(text: str) -> str:
+    return text.replace("`", "'")

@@ -1,0 +1,268 @@
+"""Step 1 of the reading protocol: what the trace itself knows about the workload.
+
+GPU name and count, CUDA / framework versions, a dtype hint, recorded input shapes
+and step counts from range names. The user completes model, batch, prompt and
+output length; everything here is a fact with its source, never a guess dressed up.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.phases import phases
+from loaders.model import Kind, Trace
+
+#: Range families that count iterations, most specific first. The profiler's own
+#: ``ProfilerStep#N`` is the fallback when the user annotated nothing better.
+STEP_FAMILIES = (
+    ("decode_step", re.compile(r"^decode[_ ]step[ _#]?(\d+)$", re.IGNORECASE)),
+    ("train_step", re.compile(r"^train[_ ]step[ _#]?(\d+)$", re.IGNORECASE)),
+    ("step", re.compile(r"^step[ _#]?(\d+)$", re.IGNORECASE)),
+    ("iteration", re.compile(r"^iteration[ _#]?(\d+)\b", re.IGNORECASE)),
+    ("ProfilerStep", re.compile(r"^ProfilerStep#(\d+)$")),
+)
+
+#: dtype tokens as they appear in kernel names (templates, cuBLAS/cuDNN/CUTLASS names).
+DTYPE_TOKENS = (
+    ("fp8", re.compile(r"e4m3|e5m2|fp8|Float8", re.IGNORECASE)),
+    ("bf16", re.compile(r"BFloat16|bfloat16|bf16", re.IGNORECASE)),
+    ("fp16", re.compile(r"c10::Half|__half\b|\bhalf\b|fp16|f16_|_f16", re.IGNORECASE)),
+    ("tf32", re.compile(r"tf32", re.IGNORECASE)),
+)
+
+#: Ops whose input shapes say most about the workload (batch, sequence, hidden size).
+SHAPE_OPS = re.compile(
+    r"^aten::(linear|mm|addmm|bmm|matmul|baddbmm|conv\w*|embedding|scaled_dot_product_attention|"
+    r"_scaled_dot_product\w*|layer_norm|rms_norm|softmax|_softmax)$"
+)
+
+
+@dataclass
+class StepFamily:
+    """Ranges of one naming family (``decode_step 0..31``) and their GPU-side timing."""
+
+    label: str
+    count: int
+    first: int
+    last: int
+    median_ns: int = 0
+    mean_ns: int = 0
+
+
+@dataclass
+class Workload:
+    gpus: list[dict] = field(default_factory=list)  # {id, name, sms, memory_bytes}
+    versions: dict[str, str] = field(default_factory=dict)
+    framework: str = ""
+    dtype: str = ""
+    dtype_source: str = ""
+    shapes: list[dict] = field(default_factory=list)  # {op, dims, count}
+    steps: list[StepFamily] = field(default_factory=list)
+    source: str = ""
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def iterations(self) -> StepFamily | None:
+        """The most specific step family: what "N decode steps" refers to."""
+        return self.steps[0] if self.steps else None
+
+    def facts(self) -> list[str]:
+        """One line per known fact, ready for the protocol panel and the report."""
+        lines = []
+        if self.gpus:
+            names: dict[str, int] = {}
+            for g in self.gpus:
+                names[g["name"]] = names.get(g["name"], 0) + 1
+            hw = ", ".join(f"{n} × {name}" for name, n in names.items())
+            extra = ""
+            first = self.gpus[0]
+            if first.get("sms"):
+                extra += f", {first['sms']} SMs"
+            if first.get("memory_bytes"):
+                extra += f", {first['memory_bytes'] / 2**30:.0f} GiB"
+            lines.append(f"hardware: {hw}{extra}")
+        else:
+            lines.append("hardware: no GPU recorded in the trace")
+        if self.framework:
+            lines.append(f"framework: {self.framework}")
+        if self.versions:
+            lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()))
+        if self.dtype:
+            lines.append(f"dtype: {self.dtype} ({self.dtype_source})")
+        for s in self.shapes[:4]:
+            lines.append(f"shapes: {s['op']} {s['dims']} ×{s['count']}")
+        for fam in self.steps:
+            timing = f", median {_ms(fam.median_ns)}" if fam.median_ns else ""
+            lines.append(f"steps: {fam.count} × {fam.label} ({fam.first}..{fam.last}){timing}")
+        return lines
+
+    def to_dict(self) -> dict:
+        return {
+            "gpus": self.gpus,
+            "gpu_count": self.gpu_count,
+            "versions": self.versions,
+            "framework": self.framework,
+            "dtype": self.dtype,
+            "dtype_source": self.dtype_source,
+            "shapes": self.shapes,
+            "steps": [vars(f) for f in self.steps],
+            "source": self.source,
+        }
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.2f} ms"
+
+
+def workload(trace: Trace) -> Workload:
+    """Everything step 1 can prefill from the trace."""
+    meta = trace.meta
+    w = Workload(source=meta.source_version or meta.source_format)
+    for dev in meta.devices:
+        props = dev.properties or {}
+        w.gpus.append(
+            {
+                "id": dev.id,
+                "name": dev.name,
+                "sms": int(props.get("numSms") or props.get("multiProcessorCount") or 0),
+                "memory_bytes": int(props.get("totalGlobalMem") or props.get("totalMemory") or 0),
+            }
+        )
+    w.versions = versions(meta.extra)
+    w.framework = framework(trace)
+    w.dtype, w.dtype_source = dtype_hint(trace)
+    w.shapes = input_shapes(trace)
+    w.steps = step_families(trace)
+    return w
+
+
+def versions(extra: dict) -> dict[str, str]:
+    """CUDA runtime/driver, CUPTI and any framework version the writer recorded."""
+    out: dict[str, str] = {}
+    for key, label in (("cuda_runtime_version", "CUDA runtime"), ("cuda_driver_version", "CUDA driver")):
+        v = extra.get(key)
+        if isinstance(v, int) and v > 0:
+            # CUDA encodes 12.9 as 12090 and 13.0 as 13000.
+            out[label] = f"{v // 1000}.{(v % 1000) // 10}"
+    cupti = extra.get("cupti_version")
+    if isinstance(cupti, int) and cupti > 0:
+        # Recent CUPTI writes 130001 for 13.0.1; older ones an API number (18, 28).
+        out["CUPTI"] = f"{cupti // 10000}.{(cupti // 100) % 100}.{cupti % 100}" if cupti >= 10000 else f"API {cupti}"
+    for key, value in extra.items():
+        lowered = str(key).lower()
+        if key in ("cuda_runtime_version", "cuda_driver_version", "cupti_version", "schemaVersion"):
+            continue
+        if any(tok in lowered for tok in ("torch", "nsys", "cuda", "driver", "framework")) and isinstance(
+            value, str | int | float
+        ):
+            out[str(key)] = str(value)[:60]
+    return out
+
+
+def framework(trace: Trace) -> str:
+    """PyTorch when the trace holds aten ops (Kineto writes no torch version)."""
+    extra = trace.meta.extra
+    for key in ("pytorch_version", "torch_version", "framework_version"):
+        if extra.get(key):
+            return f"PyTorch {extra[key]}"
+    if any(n.startswith("aten::") for n in trace.names[:20000]):
+        return "PyTorch (version not recorded in the trace)"
+    return ""
+
+
+def dtype_hint(trace: Trace) -> tuple[str, str]:
+    """The dtype that most kernel time runs in, read from kernel names."""
+    k = np.flatnonzero(trace.kind == int(Kind.KERNEL))
+    if k.size == 0:
+        return "", ""
+    dur = np.bincount(trace.name_id[k], weights=trace.end_ns[k] - trace.start_ns[k], minlength=len(trace.names))
+    totals = dict.fromkeys([t for t, _ in DTYPE_TOKENS], 0.0)
+    for nid in np.flatnonzero(dur).tolist():
+        name = trace.names[nid]
+        for token, rx in DTYPE_TOKENS:
+            if rx.search(name):
+                totals[token] += float(dur[nid])
+                break
+    grand = float(dur.sum())
+    best = max(totals, key=lambda t: totals[t])
+    if totals[best] <= 0 or grand <= 0:
+        return "", ""
+    return best, f"{100 * totals[best] / grand:.0f}% of kernel time names it"
+
+
+def input_shapes(trace: Trace, top: int = 6) -> list[dict]:
+    """Most frequent (op, Input Dims) pairs of the ops that reveal batch and sizes."""
+    dim_ids = [i for i, d in enumerate(trace.details) if d.startswith("Input Dims ")]
+    if not dim_ids:
+        return []
+    op_ids = np.asarray([i for i, n in enumerate(trace.names) if SHAPE_OPS.match(n)], dtype=np.int64)
+    m = np.isin(trace.detail_id, np.asarray(dim_ids, dtype=np.int64)) & (trace.kind == int(Kind.CPU_OP))
+    if op_ids.size:
+        m &= np.isin(trace.name_id, op_ids)
+    if not m.any():
+        return []
+    key = trace.name_id[m].astype(np.int64) * (len(trace.details) + 1) + trace.detail_id[m]
+    uniq, counts = np.unique(key, return_counts=True)
+    out = []
+    for j in np.argsort(-counts, kind="stable").tolist():
+        name_id, detail_id = divmod(int(uniq[j]), len(trace.details) + 1)
+        dims = trace.details[detail_id].removeprefix("Input Dims ")
+        if not re.search(r"\d", dims):
+            continue  # all scalars: says nothing about sizes
+        out.append({"op": trace.names[name_id], "dims": dims, "count": int(counts[j])})
+        if len(out) >= top:
+            break
+    return out
+
+
+def step_families(trace: Trace) -> list[StepFamily]:
+    """Numbered range families, most specific first, with GPU-side step times."""
+    ann = np.flatnonzero(trace.kind == int(Kind.ANNOTATION))
+    if ann.size == 0:
+        return []
+    uniq = np.unique(trace.name_id[ann]).tolist()
+    by_family: dict[str, list[int]] = {}
+    names_of: dict[str, set[str]] = {}
+    for nid in uniq:
+        name = trace.names[nid].strip()
+        for label, rx in STEP_FAMILIES:
+            m = rx.match(name)
+            if m:
+                by_family.setdefault(label, []).append(int(m.group(1)))
+                names_of.setdefault(label, set()).add(trace.names[nid])
+                break
+    if not by_family:
+        return []
+    spans: dict[str, list[int]] = {}
+    for p in phases(trace):
+        for label, ns in names_of.items():
+            if p.name in ns:
+                spans.setdefault(label, []).append(p.dur_ns)
+    # ProfilerStep ranges are not phases; time them on the host.
+    for i in ann.tolist():
+        name = trace.names[int(trace.name_id[i])]
+        if name in names_of.get("ProfilerStep", ()):
+            spans.setdefault("ProfilerStep", []).append(int(trace.end_ns[i] - trace.start_ns[i]))
+    out = []
+    for label, _ in STEP_FAMILIES:
+        nums = by_family.get(label)
+        if not nums:
+            continue
+        d = np.asarray(spans.get(label, []), dtype=np.int64)
+        out.append(
+            StepFamily(
+                label=label,
+                count=len(set(nums)),
+                first=min(nums),
+                last=max(nums),
+                median_ns=int(np.median(d)) if d.size else 0,
+                mean_ns=int(d.mean()) if d.size else 0,
+            )
+        )
+    return out

@@ -1,0 +1,247 @@
+"""The annotations store: round trip, atomic writes under SIGKILL, state-dir fallback, content keying."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from analysis import notes as notes_mod
+from analysis.notes import Notes, NotesStore, find_event, fingerprint, note_for_event, notes_markdown
+from tests.conftest import ROOT, loaded, sample
+
+
+@pytest.fixture
+def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The smells sample copied into a writable folder, with a private state dir."""
+    monkeypatch.setenv("GAPLENS_STATE_DIR", str(tmp_path / "state"))
+    dst = tmp_path / "traces" / "smells.json.gz"
+    dst.parent.mkdir()
+    shutil.copyfile(sample("smells.json.gz"), dst)
+    return dst
+
+
+def _filled(store: NotesStore) -> Notes:
+    n = store.load()
+    n.set_answer(1, "Llama-style decoder, batch 4\nprompt 512, 32 steps")
+    n.set_answer(6, "CUDA graphs for the decode step")
+    n.experiment = "capture one decode step in a CUDA graph"
+    n.add_note("the host waits here", 1_000_000)
+    n.add_note("copy on the path", 2_000_000, 2_500_000, event_name="Memcpy HtoD", lane_name="stream 7")
+    n.mark_phase("warm cache", 5_000, 9_000)
+    return n
+
+
+def test_round_trip(trace_copy: Path) -> None:
+    store = NotesStore(trace_copy, origin_ns=123)
+    saved = _filled(store)
+    path = store.save(saved)
+    assert path == trace_copy.with_name("smells.json.gz.gaplens.json")
+    again = NotesStore(trace_copy, origin_ns=123)
+    got = again.load()
+    assert again.path == path and not again.warnings
+    assert got.answers == {
+        1: "Llama-style decoder, batch 4\nprompt 512, 32 steps",
+        6: "CUDA graphs for the decode step",
+    }
+    assert got.experiment == saved.experiment
+    assert [(n.id, n.text, n.start_ns, n.end_ns, n.event_name) for n in got.notes] == [
+        (1, "the host waits here", 1_000_000, None, ""),
+        (2, "copy on the path", 2_000_000, 2_500_000, "Memcpy HtoD"),
+    ]
+    assert [(p.name, p.start_ns, p.end_ns) for p in got.phases] == [("warm cache", 5_000, 9_000)]
+    # Edit and delete survive the next round trip too.
+    got.edit_note(2, "pageable copy, 128 MiB")
+    got.delete_note(1)
+    again.save(got)
+    third = NotesStore(trace_copy, origin_ns=123).load()
+    assert [(n.id, n.text) for n in third.notes] == [(2, "pageable copy, 128 MiB")]
+    assert not list(trace_copy.parent.glob("*.tmp")), "temp files are cleaned up"
+
+
+def test_origin_shift_rebases_times(trace_copy: Path) -> None:
+    store = NotesStore(trace_copy, origin_ns=1_000)
+    n = store.load()
+    n.add_note("x", 5_000)
+    store.save(n)
+    # A loader that places time 0 100 ns later must see the note 100 ns earlier.
+    got = NotesStore(trace_copy, origin_ns=1_100).load()
+    assert got.notes[0].start_ns == 4_900
+
+
+def test_untrusted_text_is_cleaned(trace_copy: Path) -> None:
+    path = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    data = Notes(fingerprint=fingerprint(trace_copy)).to_dict()
+    data["notes"] = [{"id": 1, "text": "evil\x1b[2Jtext", "start_ns": 5}]
+    data["answers"] = {"3": "ok\x07", "99": "ignored"}
+    path.write_text(json.dumps(data))
+    got = NotesStore(trace_copy).load()
+    assert got.notes[0].text == "eviltext"
+    assert got.answers == {3: "ok"}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{ not json",
+        b"\xff\xfe\x00garbage",
+        b'{"schema": "something-else"}',
+        b'{"schema": "gaplens-notes", "notes": 5}',
+    ],
+)
+def test_corrupt_or_foreign_file_is_ignored_with_a_warning(trace_copy: Path, content: bytes) -> None:
+    path = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    path.write_bytes(content)
+    warned: list[str] = []
+    store = NotesStore(trace_copy, warn=warned.append)
+    got = store.load()
+    assert got.empty and store.path is None
+    assert len(warned) == 1 and "ignoring notes file" in warned[0]
+    # Saving keeps the unreadable file aside instead of destroying it.
+    got.add_note("fresh", 1)
+    store.save(got)
+    assert path.with_name(path.name + ".bak").read_bytes() == content
+    assert NotesStore(trace_copy).load().notes[0].text == "fresh"
+
+
+def test_fingerprint_mismatch_is_ignored(trace_copy: Path, tmp_path: Path) -> None:
+    store = NotesStore(trace_copy)
+    store.save(_filled(store))
+    # Replace the trace with other content under the same name: the old notes must not attach.
+    shutil.copyfile(sample("decode_eager.json.gz"), trace_copy)
+    warned: list[str] = []
+    got = NotesStore(trace_copy, warn=warned.append).load()
+    assert got.empty
+    assert any("other content" in w for w in warned)
+
+
+def test_fingerprint_sees_the_tail(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    body = os.urandom(3 << 20)
+    a.write_bytes(body)
+    b.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
+    assert fingerprint(a) != fingerprint(b)
+    assert fingerprint(a) == fingerprint(a)
+
+
+def test_read_only_folder_falls_back_to_state_dir(trace_copy: Path, tmp_path: Path) -> None:
+    # Tests may run as root, who can write anywhere: simulate the read-only folder.
+    folder = trace_copy.parent
+
+    def writable(p: Path) -> bool:
+        return p != folder
+
+    warned: list[str] = []
+    store = NotesStore(trace_copy, warn=warned.append, writable=writable)
+    path = store.save(_filled(store))
+    assert path.parent == tmp_path / "state"
+    assert path.name.startswith("smells.json.gz.") and path.name.endswith(".gaplens.json")
+    assert not (folder / "smells.json.gz.gaplens.json").exists()
+    assert any("not writable" in w for w in warned)
+    got = NotesStore(trace_copy, writable=writable).load()
+    assert got.experiment == "capture one decode step in a CUDA graph"
+
+
+def test_read_only_folder_via_os_access(trace_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == trace_copy.parent else real(p, mode))
+    store = NotesStore(trace_copy)
+    assert store.save(_filled(store)).parent == tmp_path / "state"
+
+
+def test_state_dir_from_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("GAPLENS_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    assert notes_mod.state_dir() == tmp_path / "gaplens"
+
+
+def test_failed_replace_leaves_previous_file(trace_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = NotesStore(trace_copy)
+    first = _filled(store)
+    path = store.save(first)
+    before = path.read_bytes()
+
+    def boom(src, dst):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(notes_mod.os, "replace", boom)
+    first.add_note("never saved", 7)
+    with pytest.raises(OSError):
+        store.save(first)
+    assert path.read_bytes() == before
+    assert not list(path.parent.glob("*.tmp"))
+
+
+_KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    from analysis import notes as m
+    store = m.NotesStore({trace!r})
+    n = store.load()
+    for i in range(2000):
+        n.add_note("new note %d " % i + "x" * 200, i)
+    if {where!r} == "replace":
+        m.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+    elif {where!r} == "fsync":
+        m.os.fsync = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+    else:
+        while True:  # the parent kills us at a random point of a save
+            store.save(n)
+    store.save(n)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["fsync", "replace", "loop"])
+def test_sigkill_mid_write_keeps_previous_file(trace_copy: Path, where: str) -> None:
+    store = NotesStore(trace_copy)
+    path = store.save(_filled(store))
+    before = path.read_bytes()
+    script = _KILLER.format(root=str(ROOT), trace=str(trace_copy), where=where)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ})
+    if where == "loop":
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    got = NotesStore(trace_copy).load()  # parses: old or complete new, never half
+    if where == "loop":
+        assert got.answers[1].startswith("Llama-style")
+    else:
+        assert path.read_bytes() == before
+        assert len(got.notes) == 2
+    # The killed writer's temp file is swept by a later save once it is stale.
+    temps = list(path.parent.glob(f".{path.name}.*.tmp"))
+    if where != "loop":
+        assert temps
+    for tmp in temps:
+        os.utime(tmp, (time.time() - 3600, time.time() - 3600))
+    NotesStore(trace_copy).save(got)
+    assert not list(path.parent.glob(f".{path.name}.*.tmp"))
+
+
+def test_find_event_reattaches() -> None:
+    trace = loaded("smells.json.gz")
+    idx = int(next(i for i in range(len(trace)) if trace.name(i) == "cudaStreamSynchronize"))
+    n = Notes()
+    note = note_for_event(n, trace, idx, "the sync cliff")
+    assert note.event_name == "cudaStreamSynchronize" and note.lane_name
+    assert find_event(trace, note.event_name, note.start_ns) == idx
+    assert find_event(trace, note.event_name, note.start_ns + 10_000_000) is None
+    assert find_event(trace, "no such event", note.start_ns) is None
+
+
+def test_markdown_holds_everything(trace_copy: Path) -> None:
+    store = NotesStore(trace_copy)
+    md = notes_markdown(_filled(store))
+    for text in ("**1. Name the workload.**", "prompt 512", "capture one decode step", "warm cache", "`Memcpy HtoD`"):
+        assert text in md
+    assert notes_markdown(Notes()) == ""
