@@ -58,6 +58,9 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
         table.update(readings.COMMANDS)
     except ImportError:
         pass
+    from tui.commands import compare
+
+    table["compare"] = compare.run
     return table
 
 
@@ -77,6 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
         readings.add_parsers(sub)
     except ImportError:
         pass
+    from tui.commands import compare
+
+    if "compare" not in sub.choices:
+        compare.add_parser(sub)
     return parser
 
 

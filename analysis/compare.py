@@ -1,0 +1,303 @@
+"""Before/after: the same readings of two traces side by side, with differences and a verdict.
+
+Did the experiment shrink the blank region? The largest blank region of BEFORE is
+located in its innermost phase (``decode_step 23``); AFTER is asked for its largest
+blank region in phases of the same name family (``decode_step N``), so a fix is
+judged where the problem was, not by whatever else became the largest gap.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from analysis.busy import BusySpans, gpu_work
+from analysis.gaps import Gap, blank_regions
+from analysis.phases import Phase, phases
+from analysis.summary import summary
+from analysis.workload import STEP_FAMILIES, step_families
+from loaders.model import MEMCPY_KINDS, Kind, Trace
+
+#: Below this relative change a blank region "stayed about the same".
+SAME_WITHIN = 0.10
+
+
+def family(name: str) -> str:
+    """Phase names with their numbers folded: ``decode_step 7`` -> ``decode_step N``."""
+    return re.sub(r"\d+", "N", name.strip())
+
+
+def largest_blank_region(trace: Trace) -> tuple[Gap | None, bool]:
+    """The largest blank region on the critical path, and whether the path was analysed.
+
+    The one place that knows which gap reading exists: critical-path analysis when
+    ``analysis.gaps`` provides it, else the largest blank region of all.
+    """
+    from analysis import gaps as gaps_mod
+
+    analyse = getattr(gaps_mod, "analyse_gaps", None)
+    pick = getattr(gaps_mod, "largest_on_critical_path", None)
+    if analyse is not None and pick is not None:
+        gap = pick(analyse(trace))
+        return gap, True
+    regions = blank_regions(trace)
+    if not regions:
+        return None, False
+    return max(regions, key=lambda g: g.dur_ns), False
+
+
+@dataclass
+class PhaseStat:
+    """One phase family of one trace: summed span and busy time, largest blank inside."""
+
+    name: str
+    count: int = 0
+    dur_ns: int = 0
+    busy_ns: int = 0
+    largest_blank_ns: int = 0
+
+    @property
+    def blank_ns(self) -> int:
+        return self.dur_ns - self.busy_ns
+
+    @property
+    def busy_pct(self) -> float:
+        return round(100.0 * self.busy_ns / self.dur_ns, 2) if self.dur_ns > 0 else 0.0
+
+
+@dataclass
+class Reading:
+    """What ``compare`` reads from one trace."""
+
+    path: str
+    window_ns: int
+    busy_ns: int
+    busy_pct: float
+    kernels: int
+    copies: int
+    copy_bytes: int
+    steps: dict | None  # {label, count, median_ns, mean_ns}
+    kernels_per_step: float | None
+    copies_per_step: float | None
+    copy_bytes_per_step: float | None
+    gap: dict | None  # {start_ns, end_ns, dur_ns, cause, shares, on_critical_path, phase, family}
+    critical_path_analysed: bool
+    phases: dict[str, PhaseStat] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["phases"] = [{**asdict(p), "busy_pct": p.busy_pct, "blank_ns": p.blank_ns} for p in self.phases.values()]
+        return d
+
+
+def read(trace: Trace) -> Reading:
+    s = summary(trace, top=1)
+    w0, w1 = s["window_ns"]
+    idx = gpu_work(trace)
+    busy = BusySpans(trace.start_ns[idx], trace.end_ns[idx])
+    regions = blank_regions(trace)
+    gs = np.asarray([g.start_ns for g in regions], dtype=np.int64)
+    ge = np.asarray([g.end_ns for g in regions], dtype=np.int64)
+    plist = phases(trace)
+    stats: dict[str, PhaseStat] = {}
+    for p in plist:
+        st = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
+        st.count += 1
+        st.dur_ns += p.dur_ns
+        st.busy_ns += busy.busy_in(p.start_ns, p.end_ns)
+        st.largest_blank_ns = max(st.largest_blank_ns, _largest_inside(gs, ge, p.start_ns, p.end_ns))
+
+    fams = step_families(trace)
+    steps = None
+    kps = cps = bps = None
+    if fams:
+        fam = fams[0]
+        steps = {"label": fam.label, "count": fam.count, "median_ns": fam.median_ns, "mean_ns": fam.mean_ns}
+        rx = dict(STEP_FAMILIES)[fam.label]
+        spans = [p for p in plist if rx.match(p.name.strip())]
+        if spans:
+            k = _count_in(trace, spans, (Kind.KERNEL,))
+            c = _count_in(trace, spans, MEMCPY_KINDS)
+            b = _bytes_in(trace, spans, MEMCPY_KINDS)
+            kps, cps, bps = k / len(spans), c / len(spans), b / len(spans)
+
+    gap, analysed = largest_blank_region(trace)
+    gap_d = None
+    if gap is not None:
+        inner = _innermost(plist, gap.start_ns, gap.end_ns)
+        gap_d = {
+            "device": gap.device,
+            "start_ns": gap.start_ns,
+            "end_ns": gap.end_ns,
+            "dur_ns": gap.dur_ns,
+            "cause": gap.cause,
+            "shares": dict(gap.shares),
+            "on_critical_path": bool(gap.on_critical_path),
+            "phase": inner.name if inner else "",
+            "family": family(inner.name) if inner else "",
+        }
+    return Reading(
+        path=s["source"]["path"],
+        window_ns=w1 - w0,
+        busy_ns=s["gpu"]["busy_ns"],
+        busy_pct=s["gpu"]["busy_pct"],
+        kernels=s["kernels"]["count"],
+        copies=s["memcpy"]["count"],
+        copy_bytes=s["memcpy"]["bytes"],
+        steps=steps,
+        kernels_per_step=kps,
+        copies_per_step=cps,
+        copy_bytes_per_step=bps,
+        gap=gap_d,
+        critical_path_analysed=analysed,
+        phases=stats,
+    )
+
+
+def _largest_inside(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
+    if gs.size == 0 or t1 <= t0:
+        return 0
+    clipped = np.minimum(ge, t1) - np.maximum(gs, t0)
+    return int(max(0, clipped.max()))
+
+
+def _innermost(plist: list[Phase], t0: int, t1: int) -> Phase | None:
+    """The deepest phase that overlaps most of [t0, t1)."""
+    best, best_key = None, None
+    for p in plist:
+        overlap = min(p.end_ns, t1) - max(p.start_ns, t0)
+        if overlap <= 0:
+            continue
+        # Covering at least half the gap counts as "in" it; then prefer depth, then overlap.
+        key = (2 * overlap >= (t1 - t0), p.depth, overlap)
+        if best_key is None or key > best_key:
+            best, best_key = p, key
+    return best
+
+
+def _in_spans(trace: Trace, spans: list[Phase], kinds) -> np.ndarray:
+    """GPU events of ``kinds`` starting inside any of the spans (vectorised)."""
+    m = np.flatnonzero(trace.mask(kinds))
+    if m.size == 0 or not spans:
+        return m[:0]
+    order = sorted(spans, key=lambda p: p.start_ns)
+    s = np.asarray([p.start_ns for p in order], dtype=np.int64)
+    e = np.asarray([p.end_ns for p in order], dtype=np.int64)
+    t = trace.start_ns[m]
+    k = np.searchsorted(s, t, "right") - 1
+    ok = (k >= 0) & (t < e[np.maximum(k, 0)])
+    return m[ok]
+
+
+def _count_in(trace: Trace, spans: list[Phase], kinds) -> int:
+    return int(_in_spans(trace, spans, kinds).size)
+
+
+def _bytes_in(trace: Trace, spans: list[Phase], kinds) -> int:
+    return int(trace.bytes[_in_spans(trace, spans, kinds)].sum())
+
+
+# ---- the comparison ------------------------------------------------------------
+
+
+def _change(before: float | None, after: float | None) -> dict:
+    if before is None or after is None:
+        return {"before": before, "after": after, "diff": None, "pct": None}
+    diff = round(after - before, 2) if isinstance(after - before, float) else after - before
+    pct = round(100.0 * diff / before, 1) if before else None
+    return {"before": before, "after": after, "diff": diff, "pct": pct}
+
+
+def compare(before: Trace, after: Trace) -> dict:
+    """Every reading of both traces, the differences and a plain verdict (JSON-ready)."""
+    rb, ra = read(before), read(after)
+    out: dict = {"before": rb.to_dict(), "after": ra.to_dict()}
+    out["busy_pct"] = _change(rb.busy_pct, ra.busy_pct)
+    out["kernels"] = _change(rb.kernels, ra.kernels)
+    out["copies"] = _change(rb.copies, ra.copies)
+    same_steps = rb.steps and ra.steps and rb.steps["label"] == ra.steps["label"]
+    out["step_time_ns"] = _change(
+        rb.steps["median_ns"] if rb.steps else None, ra.steps["median_ns"] if same_steps and ra.steps else None
+    )
+    out["step_label"] = rb.steps["label"] if rb.steps else None
+    out["kernels_per_step"] = _change(rb.kernels_per_step, ra.kernels_per_step if same_steps else None)
+    out["copies_per_step"] = _change(rb.copies_per_step, ra.copies_per_step if same_steps else None)
+    out["copy_bytes_per_step"] = _change(rb.copy_bytes_per_step, ra.copy_bytes_per_step if same_steps else None)
+
+    rows = []
+    for name in [*rb.phases, *(n for n in ra.phases if n not in rb.phases)]:
+        pb, pa = rb.phases.get(name), ra.phases.get(name)
+        rows.append(
+            {
+                "name": name,
+                "count": [pb.count if pb else 0, pa.count if pa else 0],
+                "dur_ns": _change(pb.dur_ns if pb else None, pa.dur_ns if pa else None),
+                "busy_pct": _change(pb.busy_pct if pb else None, pa.busy_pct if pa else None),
+                "blank_ns": _change(pb.blank_ns if pb else None, pa.blank_ns if pa else None),
+                "largest_blank_ns": _change(pb.largest_blank_ns if pb else None, pa.largest_blank_ns if pa else None),
+            }
+        )
+    out["phases"] = rows
+    out["gap"] = _gap_verdict(rb, ra)
+    out["verdict"] = _verdict(out)
+    return out
+
+
+def _gap_verdict(rb: Reading, ra: Reading) -> dict:
+    """Judge the blank region where BEFORE had it: same phase family in AFTER."""
+    gb, ga = rb.gap, ra.gap
+    res: dict = {"before": gb, "after": ga, "where": None, "before_ns": None, "after_ns": None, "outcome": "unknown"}
+    if gb is None:
+        res["outcome"] = "no blank region before"
+        return res
+    where = gb["family"]
+    before_ns = gb["dur_ns"]
+    if where and where in ra.phases:
+        # The same measure on both sides: the largest blank clipped to that phase family.
+        before_ns = rb.phases[where].largest_blank_ns
+        after_ns = ra.phases[where].largest_blank_ns
+    elif where:
+        res.update(where=where, before_ns=before_ns, outcome="phase missing after")
+        return res
+    else:
+        after_ns = ga["dur_ns"] if ga else 0
+    res.update(where=where or None, before_ns=before_ns, after_ns=after_ns)
+    if where:
+        # All the blank time of that phase family, per occurrence (per step for decode_step N).
+        pb, pa = rb.phases[where], ra.phases[where]
+        res["blank_per_occurrence_ns"] = [pb.blank_ns // max(pb.count, 1), pa.blank_ns // max(pa.count, 1)]
+    ratio = after_ns / before_ns if before_ns else 1.0
+    res["pct"] = round(100.0 * (ratio - 1.0), 1)
+    if ratio < 1 - SAME_WITHIN:
+        res["outcome"] = "shrank"
+    elif ratio > 1 + SAME_WITHIN:
+        res["outcome"] = "grew"
+    else:
+        res["outcome"] = "about the same"
+    return res
+
+
+def _verdict(out: dict) -> str:
+    from analysis.units import fmt_ns
+
+    g = out["gap"]
+    busy = out["busy_pct"]
+    if abs(busy["diff"]) <= 0.5:
+        busy_text = f"GPU busy share stayed at {busy['after']:.1f}%"
+    else:
+        direction = "rose" if busy["diff"] > 0 else "fell"
+        busy_text = f"GPU busy share {direction} from {busy['before']:.1f}% to {busy['after']:.1f}%"
+    if g["outcome"] in ("shrank", "grew", "about the same"):
+        where = f" in {g['where']}" if g["where"] else ""
+        outcome = "stayed about the same" if g["outcome"] == "about the same" else g["outcome"]
+        text = (
+            f"The blank region{where} {outcome}: largest {fmt_ns(g['before_ns'])} before, "
+            f"{fmt_ns(g['after_ns'])} after ({g['pct']:+.0f}%)"
+        )
+    elif g["outcome"] == "phase missing after":
+        text = f"The blank region was in {g['where']}, which AFTER does not have: compare by hand"
+    else:
+        text = "BEFORE has no blank region to shrink"
+    return f"{text}; {busy_text}."

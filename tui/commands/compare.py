@@ -1,0 +1,125 @@
+"""`gaplens compare BEFORE AFTER`: two traces side by side, the differences, and a verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from analysis.compare import compare
+from analysis.units import fmt_bytes, fmt_ns
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="before/after: busy share, phases, largest blank region, step time, kernels, copies",
+        description="Compare two traces of the same workload (before and after an experiment).",
+    )
+    p.add_argument("before", help="trace before the change")
+    p.add_argument("after", help="trace after the change")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tui.cli import _load
+
+    before, after = _load(args.before), _load(args.after)
+    result = compare(before, after)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        print(render_text(result))
+    return 0
+
+
+def _pct_change(c: dict) -> str:
+    if c.get("pct") is None:
+        return ""
+    return f"{c['pct']:+.0f}%"
+
+
+def _row(label: str, before: str, after: str, change: str) -> str:
+    return f"  {label:<30} {before:>16} {after:>16}  {change}"
+
+
+def _ns(v) -> str:
+    return "—" if v is None else fmt_ns(v)
+
+
+def _num(v, digits: int = 0) -> str:
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}"
+
+
+def render_text(r: dict) -> str:
+    b, a = r["before"], r["after"]
+    lines = [f"before  {b['path']}", f"after   {a['path']}", ""]
+    lines.append(_row("", "before", "after", "change"))
+    busy = r["busy_pct"]
+    lines.append(
+        _row(
+            "GPU busy",
+            f"{busy['before']:.1f}%",
+            f"{busy['after']:.1f}%",
+            f"{busy['diff']:+.1f} pts",
+        )
+    )
+    lines.append(_row("GPU window", _ns(b["window_ns"]), _ns(a["window_ns"]), ""))
+    label = r["step_label"] or "step"
+    st = r["step_time_ns"]
+    lines.append(_row(f"{label} time (median)", _ns(st["before"]), _ns(st["after"]), _pct_change(st)))
+    k = r["kernels"]
+    lines.append(_row("kernels", _num(k["before"]), _num(k["after"]), _pct_change(k)))
+    kps = r["kernels_per_step"]
+    lines.append(_row(f"kernels per {label}", _num(kps["before"]), _num(kps["after"]), _pct_change(kps)))
+    c = r["copies"]
+    lines.append(_row("copies", _num(c["before"]), _num(c["after"]), _pct_change(c)))
+    cps, bps = r["copies_per_step"], r["copy_bytes_per_step"]
+    lines.append(_row(f"copies per {label}", _num(cps["before"], 1), _num(cps["after"], 1), _pct_change(cps)))
+    lines.append(
+        _row(
+            f"copied per {label}",
+            "—" if bps["before"] is None else fmt_bytes(bps["before"]),
+            "—" if bps["after"] is None else fmt_bytes(bps["after"]),
+            _pct_change(bps),
+        )
+    )
+
+    g = r["gap"]
+    lines += ["", "largest blank region" + ("" if b["critical_path_analysed"] else " (critical path not analysed)")]
+    for side, gap in (("before", g["before"]), ("after", g["after"])):
+        if gap is None:
+            lines.append(f"  {side:<7} none")
+            continue
+        where = f" in {gap['phase']}" if gap["phase"] else ""
+        lines.append(f"  {side:<7} {fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}{where}, cause {gap['cause']}")
+    if g.get("where") and g.get("after_ns") is not None:
+        lines.append(
+            _row(
+                f"largest blank in {g['where']}",
+                fmt_ns(g["before_ns"]),
+                fmt_ns(g["after_ns"]),
+                f"{g['pct']:+.0f}%",
+            )
+        )
+        per = g.get("blank_per_occurrence_ns")
+        if per:
+            lines.append(_row(f"blank per {g['where']}", fmt_ns(per[0]), fmt_ns(per[1]), ""))
+
+    lines += ["", "phases (matched by name; numbers folded to N)"]
+    lines.append(f"  {'phase':<30} {'busy before':>12} {'busy after':>12} {'span before':>12} {'span after':>12}")
+    for p in r["phases"]:
+        pb, pa = p["busy_pct"], p["dur_ns"]
+        n0, n1 = p["count"]
+        name = p["name"][:24] + (f" ×{max(n0, n1)}" if max(n0, n1) > 1 else "")
+        lines.append(
+            f"  {name:<30} {_opt_pct(pb['before']):>12} {_opt_pct(pb['after']):>12} "
+            f"{_ns(pa['before']):>12} {_ns(pa['after']):>12}"
+        )
+    lines += ["", f"verdict: {r['verdict']}"]
+    return "\n".join(lines)
+
+
+def _opt_pct(v) -> str:
+    return "—" if v is None else f"{v:.1f}%"
