@@ -40,7 +40,11 @@ def largest_blank_region(trace: Trace) -> tuple[Gap | None, bool]:
     analyse = getattr(gaps_mod, "analyse_gaps", None)
     pick = getattr(gaps_mod, "largest_on_critical_path", None)
     if analyse is not None and pick is not None:
-        gap = pick(analyse(trace))
+        analysed = analyse(trace)
+        gap = pick(analysed)
+        if gap is None and analysed:
+            # Nothing on the path (a device-paced trace): the largest gap is still the one to judge.
+            gap = max(analysed, key=lambda g: g.dur_ns)
         return gap, True
     regions = blank_regions(trace)
     if not regions:
@@ -126,7 +130,7 @@ def read(trace: Trace) -> Reading:
     gap, analysed = largest_blank_region(trace)
     gap_d = None
     if gap is not None:
-        inner = _innermost(plist, gap.start_ns, gap.end_ns)
+        inner = innermost_phase(plist, gap.start_ns, gap.end_ns)
         gap_d = {
             "device": gap.device,
             "start_ns": gap.start_ns,
@@ -163,8 +167,8 @@ def _largest_inside(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
     return int(max(0, clipped.max()))
 
 
-def _innermost(plist: list[Phase], t0: int, t1: int) -> Phase | None:
-    """The deepest phase that overlaps most of [t0, t1)."""
+def innermost_phase(plist: list[Phase], t0: int, t1: int) -> Phase | None:
+    """The deepest phase covering at least half of [t0, t1) (else the one overlapping it most)."""
     best, best_key = None, None
     for p in plist:
         overlap = min(p.end_ns, t1) - max(p.start_ns, t0)

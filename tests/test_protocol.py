@@ -1,0 +1,89 @@
+"""The six protocol steps as data: facts per step and where each step puts the view."""
+
+from __future__ import annotations
+
+import pytest
+
+from analysis.busy import gpu_window
+from analysis.gaps import blank_regions
+from analysis.notes import Notes
+from analysis.protocol import Walkthrough, busy_verdict, phase_rows
+from tests.conftest import loaded
+
+
+@pytest.fixture(scope="module")
+def eager() -> Walkthrough:
+    return Walkthrough(loaded("decode_eager.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def smells() -> Walkthrough:
+    return Walkthrough(loaded("smells.json.gz"))
+
+
+def test_busy_verdict_words() -> None:
+    assert busy_verdict(41.2) == "mostly waiting: 41% busy"
+    assert busy_verdict(65) == "partly fed: 65% busy"
+    assert busy_verdict(97) == "mostly dense: 97% busy"
+
+
+def test_eager_steps(eager: Walkthrough) -> None:
+    trace = eager.trace
+    s1, s2, s3, s4, s5, s6 = eager.steps()
+    assert [s.number for s in eager.steps()] == [1, 2, 3, 4, 5, 6]
+    # 1: prefilled facts, the user completes the rest.
+    assert any("1 × NVIDIA H200" in f for f in s1.facts)
+    assert any("32 × decode_step" in f for f in s1.facts)
+    assert s1.suggestion.startswith("1 × NVIDIA H200, bf16, 32 decode steps")
+    assert s1.view.window_ns == gpu_window(trace)
+    # 2: phases from the record_function ranges, drawn as a row.
+    assert s2.view.show_phases
+    names = " ".join(s2.facts)
+    for phase in ("prefill", "decode", "32 × decode_step N", "postprocess"):
+        assert phase in names
+    # 3: fit, busy overall and per phase with a plain verdict (README: ~6 % busy).
+    assert s3.view.window_ns == gpu_window(trace)
+    assert s3.facts[0].startswith("GPU mostly waiting: 6% busy")
+    assert any(f.startswith("decode: mostly waiting") for f in s3.facts)
+    # 4: zoomed to the largest blank region of a decode step, highlighted in the middle.
+    g = eager.gap
+    assert g is not None and 2_000_000 < g.dur_ns < 4_000_000
+    assert s4.view.highlight_ns == (g.start_ns, g.end_ns)
+    w0, w1 = s4.view.window_ns
+    assert w0 < g.start_ns and g.end_ns < w1 and (w1 - w0) < 3 * g.dur_ns
+    assert "decode_step" in s4.facts[0]
+    # 5: the evidence is selected and lies in or at the gap.
+    assert s5.view.select
+    for i in s5.view.select:
+        assert trace.start_ns[i] < g.end_ns and trace.end_ns[i] > g.start_ns
+    assert any(f.startswith("evidence: ") for f in s5.facts)
+    # 6: a lever or a way to pick one, and the compare command.
+    assert any("gaplens compare" in f for f in s6.facts)
+    assert s6.view.highlight_ns == s4.view.highlight_ns
+
+
+def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
+    s4 = smells.step(4)
+    g = smells.gap
+    assert g is not None and g.dur_ns > 40_000_000  # the host island, README ~57 ms
+    assert "tokenize" in s4.facts[0]
+    assert smells.step(3).facts[0].startswith("GPU mostly waiting: 37% busy")
+    assert any(f.startswith("dense_matmul: mostly dense") for f in smells.step(3).facts)
+    assert any(f.startswith("tokenize: mostly waiting: 0% busy") for f in smells.step(3).facts)
+    # The largest blank region is the largest of all blank regions when nothing else ranks them.
+    assert g.dur_ns == max(r.dur_ns for r in blank_regions(smells.trace))
+
+
+def test_phase_rows_apply_renames_and_marks() -> None:
+    trace = loaded("smells.json.gz")
+    base = phase_rows(trace)
+    tok = next(r for r in base if r.name == "tokenize")
+    notes = Notes()
+    notes.mark_phase("preprocess (regex)", tok.start_ns, tok.end_ns, original="tokenize")
+    notes.mark_phase("my range", 10, 20)
+    rows = phase_rows(trace, notes)
+    assert len(rows) == len(base) + 1
+    renamed = [r for r in rows if r.source == "renamed"]
+    assert [(r.name, r.original) for r in renamed] == [("preprocess (regex)", "tokenize")]
+    assert sum(r.name == "tokenize" for r in rows) == 1  # the second step's tokenize keeps its name
+    assert rows[0].name == "my range" and rows[0].source == "user"
