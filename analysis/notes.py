@@ -405,18 +405,24 @@ def note_for_event(notes: Notes, trace, index: int, text: str) -> Note:
 # ---- Markdown --------------------------------------------------------------------
 
 
-def notes_markdown(notes: Notes | None, heading: str = "##") -> str:
-    """The user's words as Markdown: answers per step, the experiment, marked phases, pinned notes."""
+def notes_markdown(notes: Notes | None, heading: str = "##", answers: bool = True) -> str:
+    """The user's words as Markdown: answers per step, the experiment, marked phases, pinned notes.
+
+    ``answers=False`` leaves out answers and experiment, for a report that already
+    quotes them under each step.
+    """
     from analysis.units import fmt_ns
 
     if notes is None or notes.empty:
         return ""
-    lines = [f"{heading} Your reading", ""]
+    if not answers and not (notes.phases or notes.notes):
+        return ""
+    lines = [f"{heading} Your reading", ""] if answers else [f"{heading} Your notes", ""]
     for step, title in STEP_TITLES.items():
-        answer = notes.answers.get(step)
+        answer = notes.answers.get(step) if answers else None
         if answer:
             lines += [f"**{step}. {title}.** " + answer.replace("\n", "  \n"), ""]
-    if notes.experiment:
+    if notes.experiment and answers:
         lines += [f"**The experiment.** {notes.experiment}", ""]
     if notes.phases:
         lines += [f"{heading}# Phases you marked", ""]

@@ -299,3 +299,25 @@ def nearest_smell(trace: Trace, g: Gap) -> tuple[str, str] | None:
         if best_d is None or d < best_d:
             best, best_d = (str(get("kind")), str(get("lever") or LEVERS.get(str(get("kind")), ""))), d
     return best
+
+
+def protocol_markdown(walk: Walkthrough, notes: Notes | None = None) -> str:
+    """The six steps as Markdown: what the trace says and, under it, what the user wrote."""
+    from analysis.notes import notes_markdown
+
+    trace = walk.trace
+    name = trace.meta.path.rsplit("/", 1)[-1] or "trace"
+    lines = [f"# Reading of {name}", ""]
+    for s in walk.steps():
+        lines += [f"## {s.number}. {s.title}", ""]
+        lines += [f"- {f}" for f in s.facts]
+        answer = notes.answers.get(s.number) if notes else None
+        if answer:
+            lines += ["", "> " + answer.replace("\n", "\n> ")]
+        if s.number == 6 and notes and notes.experiment and notes.experiment != answer:
+            lines += ["", f"**Experiment:** {notes.experiment}"]
+        lines.append("")
+    md = notes_markdown(notes, answers=False)
+    if md:
+        lines.append(md)
+    return "\n".join(lines).rstrip() + "\n"

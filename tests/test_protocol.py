@@ -87,3 +87,26 @@ def test_phase_rows_apply_renames_and_marks() -> None:
     assert [(r.name, r.original) for r in renamed] == [("preprocess (regex)", "tokenize")]
     assert sum(r.name == "tokenize" for r in rows) == 1  # the second step's tokenize keeps its name
     assert rows[0].name == "my range" and rows[0].source == "user"
+
+
+def test_protocol_markdown_quotes_answers_once(smells: Walkthrough) -> None:
+    from analysis.protocol import protocol_markdown
+
+    n = Notes()
+    n.set_answer(1, "toy loop, batch 1")
+    n.set_answer(6, "tokenize in a worker thread")
+    n.experiment = "tokenize in a worker thread"
+    n.add_note("host island starts here", 15_000_000)
+    md = protocol_markdown(smells, n)
+    assert md.startswith("# Reading of smells.json.gz")
+    assert [line for line in md.splitlines() if line.startswith("## ")][:6] == [
+        "## 1. Name the workload",
+        "## 2. Mark the phases",
+        "## 3. Zoom out",
+        "## 4. Zoom in",
+        "## 5. Explain the blank region",
+        "## 6. Propose one experiment",
+    ]
+    assert md.count("tokenize in a worker thread") == 1
+    assert "> toy loop, batch 1" in md and "host island starts here" in md
+    assert "GPU mostly waiting: 37% busy" in md
