@@ -106,7 +106,13 @@ def phase_rows(trace: Trace, notes: Notes | None = None, plist: list[Phase] | No
 class Walkthrough:
     """The six steps over one trace, computed once (the gap analysis is the slow part)."""
 
-    def __init__(self, trace: Trace, notes: Notes | None = None) -> None:
+    def __init__(
+        self,
+        trace: Trace,
+        notes: Notes | None = None,
+        gap: tuple[Gap | None, bool] | None = None,
+    ) -> None:
+        """``gap``: (largest blank region, critical path analysed) when the caller has it already."""
         self.trace = trace
         self.notes = notes
         self.phases = phases(trace)
@@ -114,8 +120,13 @@ class Walkthrough:
         self.busy = BusySpans(trace.start_ns[idx], trace.end_ns[idx])
         self.window_ns = gpu_window(trace)
         self.workload: Workload = workload(trace)
-        self.gap, self.critical_path_analysed = largest_blank_region(trace)
+        self.gap, self.critical_path_analysed = largest_blank_region(trace) if gap is None else gap
         self._steps: dict[int, Step] = {}
+
+    def refresh_notes(self, notes: Notes | None) -> None:
+        """The user's marks changed: steps that mention them are recomputed on next use."""
+        self.notes = notes
+        self._steps.clear()
 
     def step(self, n: int) -> Step:
         if n not in STEP_TITLES:
@@ -206,6 +217,8 @@ class Walkthrough:
         if g.cause != "unknown" or g.shares:
             shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]))
             facts.append(f"cause: {g.cause}" + (f" ({shares})" if shares else ""))
+        elif not self.critical_path_analysed:
+            facts.append("cause: not analysed in this build; the calls below overlap the region")
         else:
             facts.append("cause: unknown")
         if g.message:

@@ -97,7 +97,12 @@ class Workload:
             lines.append(f"dtype: {self.dtype} ({self.dtype_source})")
         for s in self.shapes[:4]:
             lines.append(f"shapes: {s['op']} {s['dims']} ×{s['count']}")
+        shown: set[int] = set()
         for fam in self.steps:
+            # ``iteration 1`` and ``ProfilerStep#1`` repeat what a more specific family said.
+            if shown and (fam.count in shown or fam.count == 1):
+                continue
+            shown.add(fam.count)
             timing = f", median {_ms(fam.median_ns)}" if fam.median_ns else ""
             lines.append(f"steps: {fam.count} × {fam.label} ({fam.first}..{fam.last}){timing}")
         return lines
