@@ -446,3 +446,17 @@ def notes_markdown(notes: Notes | None, heading: str = "##", answers: bool = Tru
 
 def _code(text: str) -> str:
     return text.replace("`", "'")
+
+
+def notes_for_trace(trace, warn: Callable[[str], None] | None = None) -> Notes | None:
+    """The saved notes of a loaded trace (for reports), or None when there are none."""
+    path = trace.meta.path
+    if not path or not os.path.isfile(path):
+        return None
+    try:
+        notes = NotesStore(path, trace.meta.origin_ns, warn=warn).load()
+    except OSError as exc:
+        if warn is not None:
+            warn(f"cannot read notes: {exc}")
+        return None
+    return None if notes.empty else notes

@@ -245,3 +245,15 @@ def test_markdown_holds_everything(trace_copy: Path) -> None:
     for text in ("**1. Name the workload.**", "prompt 512", "capture one decode step", "warm cache", "`Memcpy HtoD`"):
         assert text in md
     assert notes_markdown(Notes()) == ""
+
+
+def test_notes_for_trace(trace_copy: Path) -> None:
+    from analysis.notes import notes_for_trace
+    from loaders import load
+
+    trace = load(trace_copy)
+    assert notes_for_trace(trace) is None
+    store = NotesStore(trace_copy, trace.meta.origin_ns)
+    store.save(_filled(store))
+    got = notes_for_trace(trace)
+    assert got is not None and got.experiment.startswith("capture one decode step")
