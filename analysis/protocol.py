@@ -164,11 +164,13 @@ class Walkthrough:
             total = sum(p.dur_ns for p in ps)
             count = f"{len(ps)} × " if len(ps) > 1 else ""
             facts.append(f"{count}{fam}: {fmt_ns(total)} on the GPU")
-        if not facts:
+        if facts:
+            facts.append("they are drawn on the phases row at the top; select one (enter) and press m to rename it")
+        else:
             facts.append("no NVTX / record_function ranges: mark the phases yourself (m, then m again, then a name)")
         if self.notes and self.notes.phases:
             facts.append(f"{len(self.notes.phases)} range(s) marked or renamed by you")
-        return self._make(2, facts[:12], View(window_ns=self.window_ns, show_phases=True))
+        return self._make(2, facts[:14], View(window_ns=self.window_ns, show_phases=True))
 
     # ---- 3. zoom out --------------------------------------------------------
     def _step3(self) -> Step:

@@ -42,6 +42,9 @@ PROTOCOL_KEYS = (
 )
 
 
+_DISPLAY = {"right_square_bracket": "]", "left_square_bracket": "["}
+
+
 @dataclass
 class WalkthroughReady(Message):
     walk: Walkthrough
@@ -51,8 +54,8 @@ class ProtocolApp(App[int]):
     """The guided reading, mixed into the viewer app as a base class."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(key, action, "protocol" if key == "P" else title, show=key == "P", key_display=display)
-        for key, action, title, display in PROTOCOL_KEYS
+        Binding(key, action, "protocol" if key == "P" else title, show=key == "P", key_display=_DISPLAY.get(key))
+        for key, action, title, _ in PROTOCOL_KEYS
     ]
 
     protocol_step: int = 0  # 0: protocol mode is off
@@ -67,8 +70,11 @@ class ProtocolApp(App[int]):
         if self.notes is None:
             self._open_notes()
         if getattr(msg, "final", True):
+            first = self._base_phases is None
             self._base_phases = list(self.model.readings.phases)
             self._apply_phases()
+            if first and not self.query(ProtocolPanel):
+                self.notify("New to this trace? Press P for the six-step guided reading.", timeout=8)
 
     def _open_notes(self) -> None:
         trace = self.model.trace
@@ -109,9 +115,14 @@ class ProtocolApp(App[int]):
         if self.model is None:
             self.notify("Still loading the trace", severity="warning")
             return
+        if self.query(NotesPanel):
+            had_protocol = bool(self.query(ProtocolPanel))
+            await self.action_toggle_notes()
+            if had_protocol:
+                return  # P from the notes list goes back to the walkthrough
         panels = self.query(ProtocolPanel)
         if panels:
-            panels.first().remove()
+            await panels.first().remove()
             self.protocol_step = 0
             self._clear_evidence()
             return
@@ -249,13 +260,18 @@ class ProtocolApp(App[int]):
         self.push_screen(LineInput(what, placeholder="what you see here"), done)
 
     async def action_toggle_notes(self) -> None:
+        """The notes list takes the side panel's place while open (B again gives it back)."""
         if self.notes is None:
             return
         panels = self.query(NotesPanel)
         if panels:
-            panels.first().remove()
+            await panels.first().remove()
+            for protocol in self.query(ProtocolPanel):
+                protocol.display = True
             self.timeline.focus()
             return
+        for protocol in self.query(ProtocolPanel):
+            protocol.display = False
         panel = NotesPanel(id="notes")
         await self.screen.mount(panel)
         panel.show(self.notes)
