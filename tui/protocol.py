@@ -224,7 +224,10 @@ class ProtocolApp(App[int]):
             self.notes.experiment = self.notes.answers.get(6, "")
         self._changed_notes()
         self.timeline.focus()
-        self.notify(f"Saved your answer for step {msg.step}" + (": ] for the next step" if msg.step < 6 else ""))
+        if msg.step not in self.notes.answers:
+            self.notify(f"Cleared your answer for step {msg.step}")
+        else:
+            self.notify(f"Saved your answer for step {msg.step}" + (": ] for the next step" if msg.step < 6 else ""))
 
     def on_answer_cancelled(self, msg: AnswerCancelled) -> None:
         if self.walkthrough is not None and msg.step:
