@@ -272,3 +272,39 @@ def test_evidence_is_cleared_when_protocol_closes(trace_copy: Path) -> None:
             assert len(tl.matches) == 0 and np.asarray(tl.match_order).size == 0
 
     _run(main())
+
+
+_APP_KILLER = """
+import asyncio, os, signal, sys
+sys.path.insert(0, {root!r})
+from analysis import notes as notes_mod
+from tui.app import make_app
+from tests.test_protocol_pilot import _ready
+
+app = make_app({trace!r})
+
+async def main():
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _ready(app, pilot)
+        await pilot.press("b", *"first", "enter")  # saved whole
+        # The next save dies between writing the temp file and renaming it over.
+        notes_mod.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)
+        await pilot.press("b", *"second", "enter")
+
+asyncio.run(main())
+"""
+
+
+def test_app_killed_mid_write_keeps_the_previous_notes(trace_copy: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    script = _APP_KILLER.format(root=str(ROOT), trace=str(trace_copy))
+    proc = subprocess.run([sys.executable, "-c", script], env={**os.environ}, capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    notes = NotesStore(trace_copy).load()
+    assert [n.text for n in notes.notes] == ["first"]
