@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from loaders.model import Kind, LaneKind
-from loaders.nsys_parts import Context, Part, api_display_name, process_scope, split_tid
+from loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
 from loaders.nsys_sql import NULL, read_enum
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -62,11 +62,15 @@ def _gpu_exprs(ctx: Context, table: str) -> dict[str, str]:
     return {
         "start": '"start"',
         "end": '"end"',
-        "dev": _ifnull0(ctx, table, "deviceId"),
-        "stream": _ifnull0(ctx, table, "streamId"),
+        "lane": f"{_ifnull0(ctx, table, 'deviceId')} * 8589934592 + {_ifnull0(ctx, table, 'streamId')}",
         "corr": sc.col(table, "correlationId"),
         "pid": sc.col(table, "globalPid"),
     }
+
+
+def _unpack_lane(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    cols["dev"], cols["stream"] = cols["lane"] >> 33, cols["lane"] & ((1 << 33) - 1)
+    return cols
 
 
 def _corr(cols: dict[str, np.ndarray]) -> np.ndarray:
@@ -123,17 +127,18 @@ def read_kernels(ctx: Context) -> Part | None:
     def z(c: str) -> str:
         return _ifnull0(ctx, t, c)
 
+    short, dem = sc.col(t, "shortName", "demangledName"), sc.col(t, "demangledName", "shortName")
     exprs = _gpu_exprs(ctx, t) | {
-        "short": sc.col(t, "shortName"),
-        "dem": sc.col(t, "demangledName", "shortName"),
+        # Both string ids in one integer: fewer columns to format and parse (ids < 2**31).
+        "names": f"ifnull({dem}, {short}) * 2147483648 + ifnull({short}, {dem})",
         # Launch geometry packed into three exact integers, unpacked once per distinct value.
         "grid": f"{z('gridX')} * 4294967296 + {z('gridY')} * 65536 + {z('gridZ')}",
         "block": f"(({z('blockX')} * 2048 + {z('blockY')}) * 2048 + {z('blockZ')}) * 1024 + {z('registersPerThread')}",
         "smem": f"{z('staticSharedMemory')} * 16777216 + {z('dynamicSharedMemory')}",
     }
-    cols = ctx.reader.ints(t, exprs)
-    code = np.where(cols["short"] == NULL, cols["dem"], cols["short"])
-    name = ctx.names.map_ids(code, ctx.string, "kernel")
+    cols = _unpack_lane(ctx.reader.ints(t, exprs))
+    cols["dem"] = np.where(cols["names"] == NULL, -1, cols["names"] >> 31)
+    name = ctx.names.map_ids(np.where(cols["names"] == NULL, -1, cols["names"] & 0x7FFFFFFF), ctx.string, "kernel")
     detail = _kernel_details(ctx, cols)
     return Part.make(
         LaneKind.STREAM,
@@ -158,8 +163,8 @@ def _kernel_details(ctx: Context, cols: dict[str, np.ndarray]) -> np.ndarray:
     h = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
     for j, mult in enumerate((0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5), start=1):
         h = (h ^ (h >> np.uint64(29))) + u[:, j] * np.uint64(mult)
-    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    inverse, uniq = factorize(h.view(np.int64))
+    first = first_index(inverse, uniq.size)
     if not bool(np.all(keys[first][inverse] == keys)):  # a hash collision: exact but slower
         _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
@@ -179,15 +184,17 @@ def read_memcpy(ctx: Context) -> Part | None:
     if not ctx.schema.has(MEMCPY):
         return None
     t, sc = MEMCPY, ctx.schema
-    cols = ctx.reader.ints(
-        t,
-        _gpu_exprs(ctx, t)
-        | {
-            "bytes": _ifnull0(ctx, t, "bytes"),
-            "copy": _ifnull0(ctx, t, "copyKind"),
-            "src": sc.col(t, "srcKind"),
-            "dst": sc.col(t, "dstKind"),
-        },
+    cols = _unpack_lane(
+        ctx.reader.ints(
+            t,
+            _gpu_exprs(ctx, t)
+            | {
+                "bytes": _ifnull0(ctx, t, "bytes"),
+                "copy": _ifnull0(ctx, t, "copyKind"),
+                "src": sc.col(t, "srcKind"),
+                "dst": sc.col(t, "dstKind"),
+            },
+        )
     )
     opers = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEMCPY_OPER")
     mems = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEM_KIND")
@@ -226,7 +233,7 @@ def read_memset(ctx: Context) -> Part | None:
         return None
     t = MEMSET
     extra = {"bytes": _ifnull0(ctx, t, "bytes"), "mem": ctx.schema.col(t, "memKind")}
-    cols = ctx.reader.ints(t, _gpu_exprs(ctx, t) | extra)
+    cols = _unpack_lane(ctx.reader.ints(t, _gpu_exprs(ctx, t) | extra))
     mems = read_enum(ctx.reader.con(), ctx.schema, "ENUM_CUDA_MEM_KIND")
     name = ctx.names.map_ids(cols["mem"], lambda m: f"Memset ({mems.get(m, 'Unknown')})" if m != NULL else "Memset")
     return Part.make(
@@ -247,7 +254,7 @@ def read_graphs(ctx: Context, kernels: Part | None) -> Part | None:
     """Whole-graph boxes (graph-level tracing); dropped where the graph's nodes were traced too."""
     if not ctx.schema.has(GRAPH):
         return None
-    cols = ctx.reader.ints(GRAPH, _gpu_exprs(ctx, GRAPH) | {"graph": ctx.schema.col(GRAPH, "graphId")})
+    cols = _unpack_lane(ctx.reader.ints(GRAPH, _gpu_exprs(ctx, GRAPH) | {"graph": ctx.schema.col(GRAPH, "graphId")}))
     corr, scope = _corr(cols), _scope(cols)
     keep = np.ones(corr.size, bool)
     if kernels is not None and len(kernels):
@@ -273,9 +280,11 @@ def read_sync(ctx: Context, api: Part | None) -> Part | None:
         return None
     t, sc = SYNC, ctx.schema
     hint_col = "syncType"
-    cols = ctx.reader.ints(
-        t,
-        _gpu_exprs(ctx, t) | {"hint": sc.col(t, hint_col), "old": sc.col(t, "deprecatedSyncType")},
+    cols = _unpack_lane(
+        ctx.reader.ints(
+            t,
+            _gpu_exprs(ctx, t) | {"hint": sc.col(t, hint_col), "old": sc.col(t, "deprecatedSyncType")},
+        )
     )
     hint = np.where((cols["hint"] == NULL) | (cols["hint"] == 0), cols["old"], cols["hint"])
     hint = np.where(hint == NULL, 0, np.clip(hint, 0, 15))

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from loaders.model import LaneKind
 
@@ -29,6 +30,19 @@ def process_scope(global_tid: np.ndarray) -> np.ndarray:
     return np.asarray(global_tid, dtype=np.int64) & ~np.int64(TID_MASK)
 
 
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values in first-seen order): a hash table, O(n), unlike np.unique's sort."""
+    codes, uniques = pd.factorize(np.asarray(values, dtype=np.int64), sort=False)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=np.int64)
+
+
+def first_index(codes: np.ndarray, count: int) -> np.ndarray:
+    """Index of the first row of each code."""
+    first = np.empty(count, np.int64)
+    first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)
+    return first
+
+
 class Interner:
     """Strings to dense ids; vectorised mapping of StringIds ids through a lookup array."""
 
@@ -48,11 +62,11 @@ class Interner:
         raw = np.asarray(raw, dtype=np.int64)
         if raw.size == 0:
             return np.empty(0, np.int32)
-        codes, inverse = np.unique(raw, return_inverse=True)
+        inverse, codes = factorize(raw)
         lut = np.fromiter(
             (self.add(lookup(int(c)) or fallback) for c in codes.tolist()), dtype=np.int32, count=codes.size
         )
-        return lut[inverse.reshape(-1)]
+        return lut[inverse]
 
 
 @dataclass
