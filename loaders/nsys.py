@@ -29,7 +29,7 @@ from loaders.nsys_cuda import (
 )
 from loaders.nsys_files import resolve, sqlite_uri
 from loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
-from loaders.nsys_parts import Context, Interner, Part
+from loaders.nsys_parts import Context, Interner, Part, factorize
 from loaders.nsys_sql import Reader, Schema, read_meta, read_strings
 
 Progress = Callable[[str, float], None]
@@ -133,7 +133,7 @@ def _close_open_ranges(ev: Part, ctx: Context) -> None:
 def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
     """Lanes from raw keys (kind, pid/device, tid/stream), sorted like EventColumns.finish does."""
     key = (ev.lane_kind.astype(np.int64) << 57) | ((ev.lane_a + 1) << 33) | (ev.lane_b + 1)
-    ukeys, inverse = np.unique(key, return_inverse=True)
+    inverse, ukeys = factorize(key)
     raw = [
         (LaneKind(int(k >> 57)), int((k >> 33) & 0xFFFFFF) - 1, int(k & ((1 << 33) - 1)) - 1) for k in ukeys.tolist()
     ]
@@ -144,7 +144,7 @@ def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
     for new_id, old in enumerate(order):
         remap[old] = new_id
         lanes.append(make_lane(new_id, raw[old]))
-    return lanes, remap[inverse.reshape(-1)]
+    return lanes, remap[inverse]
 
 
 def _meta(

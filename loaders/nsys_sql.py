@@ -20,7 +20,7 @@ from loaders.nsys_files import connect
 
 #: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
 NULL = int(np.iinfo(np.int64).min) + 1
-CHUNK_ROWS = 1 << 18
+CHUNK_ROWS = 1 << 17
 WORKERS = 2
 
 # Built-in enum labels for exports without ENUM_* tables (2022.2); the file's table wins.
