@@ -125,6 +125,7 @@ class Reader:
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
 
     def con(self) -> sqlite3.Connection:
         c = getattr(self._local, "con", None)
@@ -136,6 +137,9 @@ class Reader:
         return c
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         for c in self._all:
             c.close()
         self._all.clear()
@@ -178,11 +182,12 @@ class Reader:
                 progress(done[0] / len(bounds))
             return cols
 
-        if len(bounds) == 1:
-            parts = [one(bounds[0])]
+        if len(bounds) == 1 or WORKERS < 2:
+            parts = [one(b) for b in bounds]
         else:
-            with ThreadPoolExecutor(WORKERS) as pool:
-                parts = list(pool.map(one, bounds))
+            if self._pool is None:  # one pool (and one connection per worker) for the whole load
+                self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
+            parts = list(self._pool.map(one, bounds))
         return {k: np.concatenate([p[j] for p in parts]) for j, k in enumerate(keys)}
 
 

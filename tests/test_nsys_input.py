@@ -238,3 +238,54 @@ def test_synthetic_export_has_the_real_schema(tmp_path, smells_copy):
 def test_trace_error_type_for_library_callers(tmp_path):
     with pytest.raises(TraceError):
         load(tmp_path / "nothing.sqlite")
+
+
+def test_graph_level_trace_draws_one_box_per_launch(smells_copy):
+    """`--cuda-graph-trace=graph` rows become GRAPH boxes on their stream, linked to the launch call."""
+    con = sqlite3.connect(smells_copy)
+    con.execute(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_GRAPH_TRACE (start INTEGER NOT NULL, end INTEGER NOT NULL,"
+        " deviceId INTEGER NOT NULL, contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL,"
+        " correlationId INTEGER, globalPid INTEGER, graphId INTEGER NOT NULL, graphExecId INTEGER)"
+    )
+    gtid, corr, end = con.execute(
+        'SELECT globalTid, correlationId, "end" FROM CUPTI_ACTIVITY_KIND_RUNTIME'
+        " WHERE correlationId NOT IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+        " AND correlationId NOT IN (SELECT correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY) ORDER BY start DESC LIMIT 1"
+    ).fetchone()
+    (kernel_corr,) = con.execute("SELECT correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+    gpid = gtid & ~0xFFFFFF
+    con.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_GRAPH_TRACE VALUES (?, ?, 0, 1, NULL, 99, ?, ?, 5, 1)",
+        [(end + 1000, end + 51000, corr, gpid), (end + 60000, end + 70000, kernel_corr, gpid)],
+    )
+    con.commit()
+    con.close()
+    trace = load(smells_copy)
+    graphs = np.flatnonzero(trace.kind == int(Kind.GRAPH))
+    # The second row duplicates traced nodes (its correlation id has kernels) and is dropped.
+    assert graphs.size == 1
+    g = int(graphs[0])
+    assert trace.end_ns[g] - trace.start_ns[g] == 50_000
+    assert trace.names[int(trace.name_id[g])] == "CUDA graph 5"
+    assert trace.lanes[int(trace.lane[g])].stream == 99
+    assert trace.corr[trace.launch[g]] == corr
+
+
+def test_filtered_export_and_unsigned_stream_priority(smells_copy):
+    con = sqlite3.connect(smells_copy)
+    con.execute("UPDATE META_DATA_EXPORT SET value = '1s/2s' WHERE name = 'EXPORT_PARAM_TIMES_TO_EXPORT'")
+    con.execute("UPDATE TARGET_INFO_CUDA_STREAM SET priority = 4294967291")
+    con.commit()
+    con.close()
+    trace = load(smells_copy)
+    assert any("filtered export" in w for w in trace.meta.warnings)
+    assert {s["priority"] for s in trace.meta.extra["streams"]} == {-5}
+    assert trace.meta.extra["time_base"] == "session_start"
+    assert trace.meta.extra["utc_epoch_ns"] == 1795947171926890507
+
+
+def test_builtin_enums_for_exports_without_enum_tables():
+    trace = load(SAMPLES.parent / "public-samples" / "pipit" / "saxpy_mpi_nsys2022.2.sqlite")
+    names = {trace.names[int(i)] for i in np.unique(trace.name_id[trace.mask((Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH))])}
+    assert names == {"Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pageable)"}
