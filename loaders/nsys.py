@@ -19,6 +19,7 @@ from loaders.nsys_cuda import (
     GPU_TABLES,
     KERNEL,
     RUNTIME,
+    PartReader,
     read_api,
     read_graphs,
     read_kernels,
@@ -75,26 +76,23 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     ctx = Context(reader, schema, read_strings(con, schema), Interner(), Interner(""), warnings)
 
     got: dict[str, Part | None] = {}
-    steps: list[tuple[str, Callable[[], Part | None]]] = [
-        ("CUDA API", lambda: read_api(ctx)),
-        ("kernels", lambda: read_kernels(ctx)),
-        ("memcpy", lambda: read_memcpy(ctx)),
-        ("memset", lambda: read_memset(ctx)),
-        ("graphs", lambda: read_graphs(ctx, got.get("kernels"))),
-        ("sync", lambda: read_sync(ctx, got.get("CUDA API"))),
-        ("OS runtime", lambda: read_osrt(ctx)),
-    ]
-    for i, (label, step) in enumerate(steps):
-        if progress is not None:
-            progress(f"reading {label}", i / (len(steps) + 2))
-        got[label] = step()
+    readers: dict[str, PartReader] = {
+        "CUDA API": read_api(ctx),
+        "kernels": read_kernels(ctx),
+        "memcpy": read_memcpy(ctx),
+        "memset": read_memset(ctx),
+        "graphs": read_graphs(ctx, got),
+        "sync": read_sync(ctx, got),
+        "OS runtime": read_osrt(ctx),
+    }
+    _run_readers(reader, readers, got, progress)
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
     parts = [p for p in got.values() if p is not None and len(p)]
     if not parts:
         raise TraceError(f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)")
     if progress is not None:
-        progress("building", (len(steps) + 1) / (len(steps) + 2))
+        progress("building", 0.9)
     ev = Part.concat(parts)
     _close_open_ranges(ev, ctx)
 
@@ -118,6 +116,31 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     if progress is not None:
         progress("done", 1.0)
     return trace
+
+
+def _run_readers(
+    reader: Reader, readers: dict[str, PartReader], done: dict[str, Part | None], progress: Progress | None
+) -> None:
+    """Schedule every table's fetch, then build the Parts into ``done`` in order (later readers use earlier)."""
+    pending = {}
+    for label, gen in readers.items():
+        try:
+            table, exprs, where = next(gen)
+        except StopIteration as stop:  # the table is absent
+            done[label] = stop.value
+            continue
+        pending[label] = reader.submit(table, exprs, where)
+    for i, (label, gen) in enumerate(readers.items()):
+        if label not in pending:
+            continue
+        if progress is not None:
+            progress(f"reading {label}", 0.8 * i / len(readers))
+        try:
+            gen.send(pending[label]())
+        except StopIteration as stop:
+            done[label] = stop.value
+        else:
+            raise RuntimeError(f"table reader {label} asked for a second query")
 
 
 def _close_open_ranges(ev: Part, ctx: Context) -> None:

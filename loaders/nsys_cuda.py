@@ -6,11 +6,18 @@ fetched in bulk, and turned into names/details once per distinct value, never pe
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from loaders.model import Kind, LaneKind
 from loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
 from loaders.nsys_sql import NULL, read_enum
+
+#: A table reader: yields one (table, {key: SQL expression}, where) request, is sent the
+#: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
+#: before any result is awaited, so both cores fetch even when every table is small.
+PartReader = Generator[tuple[str, dict[str, str], str], dict[str, np.ndarray], "Part | None"]
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -81,13 +88,13 @@ def _scope(cols: dict[str, np.ndarray]) -> np.ndarray:
     return process_scope(np.where(cols["pid"] == NULL, 0, cols["pid"]))
 
 
-def read_api(ctx: Context) -> Part | None:
+def read_api(ctx: Context) -> PartReader:
     """Runtime and driver calls (one table, told apart by eventClass), backtrace duplicates dropped."""
     if not ctx.schema.has(RUNTIME):
         return None
     sc = ctx.schema
     where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if sc.has(RUNTIME, "eventClass") else ""
-    cols = ctx.reader.ints(
+    cols = yield (
         RUNTIME,
         {
             "start": '"start"',
@@ -119,7 +126,7 @@ def _raw_if_suffixed(raw: str) -> str:
     return raw if api_display_name(raw) != raw else ""
 
 
-def read_kernels(ctx: Context) -> Part | None:
+def read_kernels(ctx: Context) -> PartReader:
     if not ctx.schema.has(KERNEL):
         return None
     t, sc = KERNEL, ctx.schema
@@ -136,7 +143,7 @@ def read_kernels(ctx: Context) -> Part | None:
         "block": f"(({z('blockX')} * 2048 + {z('blockY')}) * 2048 + {z('blockZ')}) * 1024 + {z('registersPerThread')}",
         "smem": f"{z('staticSharedMemory')} * 16777216 + {z('dynamicSharedMemory')}",
     }
-    cols = _unpack_lane(ctx.reader.ints(t, exprs))
+    cols = _unpack_lane((yield t, exprs, ""))
     cols["dem"] = np.where(cols["names"] == NULL, -1, cols["names"] >> 31)
     name = ctx.names.map_ids(np.where(cols["names"] == NULL, -1, cols["names"] & 0x7FFFFFFF), ctx.string, "kernel")
     detail = _kernel_details(ctx, cols)
@@ -180,22 +187,17 @@ def _kernel_details(ctx: Context, cols: dict[str, np.ndarray]) -> np.ndarray:
     return lut[inverse]
 
 
-def read_memcpy(ctx: Context) -> Part | None:
+def read_memcpy(ctx: Context) -> PartReader:
     if not ctx.schema.has(MEMCPY):
         return None
     t, sc = MEMCPY, ctx.schema
-    cols = _unpack_lane(
-        ctx.reader.ints(
-            t,
-            _gpu_exprs(ctx, t)
-            | {
-                "bytes": _ifnull0(ctx, t, "bytes"),
-                "copy": _ifnull0(ctx, t, "copyKind"),
-                "src": sc.col(t, "srcKind"),
-                "dst": sc.col(t, "dstKind"),
-            },
-        )
-    )
+    extra = {
+        "bytes": _ifnull0(ctx, t, "bytes"),
+        "copy": _ifnull0(ctx, t, "copyKind"),
+        "src": sc.col(t, "srcKind"),
+        "dst": sc.col(t, "dstKind"),
+    }
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
     opers = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEMCPY_OPER")
     mems = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEM_KIND")
     src = np.where(cols["src"] == NULL, 255, cols["src"] & 255)
@@ -228,12 +230,12 @@ def read_memcpy(ctx: Context) -> Part | None:
     )
 
 
-def read_memset(ctx: Context) -> Part | None:
+def read_memset(ctx: Context) -> PartReader:
     if not ctx.schema.has(MEMSET):
         return None
     t = MEMSET
     extra = {"bytes": _ifnull0(ctx, t, "bytes"), "mem": ctx.schema.col(t, "memKind")}
-    cols = _unpack_lane(ctx.reader.ints(t, _gpu_exprs(ctx, t) | extra))
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
     mems = read_enum(ctx.reader.con(), ctx.schema, "ENUM_CUDA_MEM_KIND")
     name = ctx.names.map_ids(cols["mem"], lambda m: f"Memset ({mems.get(m, 'Unknown')})" if m != NULL else "Memset")
     return Part.make(
@@ -250,13 +252,15 @@ def read_memset(ctx: Context) -> Part | None:
     )
 
 
-def read_graphs(ctx: Context, kernels: Part | None) -> Part | None:
+def read_graphs(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     """Whole-graph boxes (graph-level tracing); dropped where the graph's nodes were traced too."""
     if not ctx.schema.has(GRAPH):
         return None
-    cols = _unpack_lane(ctx.reader.ints(GRAPH, _gpu_exprs(ctx, GRAPH) | {"graph": ctx.schema.col(GRAPH, "graphId")}))
+    extra = {"graph": ctx.schema.col(GRAPH, "graphId")}
+    cols = _unpack_lane((yield GRAPH, _gpu_exprs(ctx, GRAPH) | extra, ""))
     corr, scope = _corr(cols), _scope(cols)
     keep = np.ones(corr.size, bool)
+    kernels = built.get("kernels")
     if kernels is not None and len(kernels):
         keep = ~np.isin(_key(scope, corr), _key(kernels.scope, kernels.corr))
     name = ctx.names.map_ids(cols["graph"], lambda g: f"CUDA graph {g}" if g != NULL else "CUDA graph")
@@ -274,22 +278,17 @@ def read_graphs(ctx: Context, kernels: Part | None) -> Part | None:
     return _take(part, keep)
 
 
-def read_sync(ctx: Context, api: Part | None) -> Part | None:
+def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     """GPU-side sync records on the device's sync lane, named after the API call that blocked."""
     if not ctx.schema.has(SYNC):
         return None
     t, sc = SYNC, ctx.schema
-    hint_col = "syncType"
-    cols = _unpack_lane(
-        ctx.reader.ints(
-            t,
-            _gpu_exprs(ctx, t) | {"hint": sc.col(t, hint_col), "old": sc.col(t, "deprecatedSyncType")},
-        )
-    )
+    extra = {"hint": sc.col(t, "syncType"), "old": sc.col(t, "deprecatedSyncType")}
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
     hint = np.where((cols["hint"] == NULL) | (cols["hint"] == 0), cols["old"], cols["hint"])
     hint = np.where(hint == NULL, 0, np.clip(hint, 0, 15))
     corr, scope = _corr(cols), _scope(cols)
-    api_name = _api_name_of(api, scope, corr)
+    api_name = _api_name_of(built.get("CUDA API"), scope, corr)
     stream = np.where(cols["stream"] == NO_STREAM, -1, cols["stream"])
     labels = read_enum(ctx.reader.con(), sc, "ENUM_CUPTI_SYNC_TYPE")
     combo = ((api_name + 1) << 40) | (hint << 36) | (stream & ((1 << 36) - 1))
@@ -319,18 +318,16 @@ def read_sync(ctx: Context, api: Part | None) -> Part | None:
     )
 
 
-def read_osrt(ctx: Context) -> Part | None:
+def read_osrt(ctx: Context) -> PartReader:
     if not ctx.schema.has(OSRT):
         return None
-    cols = ctx.reader.ints(
-        OSRT,
-        {
-            "start": '"start"',
-            "end": '"end"',
-            "tid": _ifnull0(ctx, OSRT, "globalTid"),
-            "name": ctx.schema.col(OSRT, "nameId"),
-        },
-    )
+    exprs = {
+        "start": '"start"',
+        "end": '"end"',
+        "tid": _ifnull0(ctx, OSRT, "globalTid"),
+        "name": ctx.schema.col(OSRT, "nameId"),
+    }
+    cols = yield OSRT, exprs, ""
     pid, tid = split_tid(cols["tid"])
     name = ctx.names.map_ids(cols["name"], ctx.string, "OS runtime call")
     return Part.make(LaneKind.OSRT, pid, tid, cols["start"], cols["end"], name, Kind.OSRT)

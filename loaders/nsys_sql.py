@@ -144,14 +144,12 @@ class Reader:
             c.close()
         self._all.clear()
 
-    def ints(
-        self,
-        table: str,
-        exprs: dict[str, str],
-        where: str = "",
-        progress: Callable[[float], None] | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Columns of ``table`` (SQL expressions by key) as int64 arrays, NULL → ``NULL``."""
+    def submit(self, table: str, exprs: dict[str, str], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
+        """Schedule a read of ``table``'s columns (SQL expressions by key) on the worker threads.
+
+        Returns a function that waits for the chunks and yields int64 arrays (NULL → ``NULL``).
+        Scheduling every table before waiting keeps both cores busy on small tables too.
+        """
         keys, sqls = list(exprs), list(exprs.values())
         con = self.con()
         try:
@@ -162,12 +160,12 @@ class Reader:
                 + (f" WHERE {where}" if where else "")
             ).fetchall()
             mat = np.array(rows, dtype=np.int64).reshape(len(rows), len(sqls))
-            return {k: mat[:, j].copy() for j, k in enumerate(keys)}
+            out = {k: mat[:, j].copy() for j, k in enumerate(keys)}
+            return lambda: out
         if lo is None:
-            return {k: np.empty(0, np.int64) for k in keys}
-        bounds = list(range(int(lo), int(hi) + 1, CHUNK_ROWS))
+            empty = {k: np.empty(0, np.int64) for k in keys}
+            return lambda: empty
         sql = _chunk_sql(table, sqls, where)
-        done = [0]
 
         def one(a: int) -> list[np.ndarray]:
             b = min(a + CHUNK_ROWS - 1, int(hi))
@@ -177,18 +175,26 @@ class Reader:
             cols = [_parse(t, n) for t in row[1:]]
             if any(x is None for x in cols):
                 cols = _slow_chunk(c, table, sqls, where, a, b)
-            done[0] += 1
-            if progress is not None:
-                progress(done[0] / len(bounds))
             return cols
 
-        if len(bounds) == 1 or WORKERS < 2:
-            parts = [one(b) for b in bounds]
+        bounds = list(range(int(lo), int(hi) + 1, CHUNK_ROWS))
+        if WORKERS < 2:
+            parts = [one(a) for a in bounds]
+            futures = None
         else:
             if self._pool is None:  # one pool (and one connection per worker) for the whole load
                 self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
-            parts = list(self._pool.map(one, bounds))
-        return {k: np.concatenate([p[j] for p in parts]) for j, k in enumerate(keys)}
+            futures = [self._pool.submit(one, a) for a in bounds]
+
+        def result() -> dict[str, np.ndarray]:
+            got = parts if futures is None else [f.result() for f in futures]
+            return {k: np.concatenate([p[j] for p in got]) for j, k in enumerate(keys)}
+
+        return result
+
+    def ints(self, table: str, exprs: dict[str, str], where: str = "") -> dict[str, np.ndarray]:
+        """Columns of ``table`` as int64 arrays, read now."""
+        return self.submit(table, exprs, where)()
 
 
 def read_strings(con: sqlite3.Connection, schema: Schema) -> dict[int, str]:
