@@ -289,3 +289,11 @@ def test_builtin_enums_for_exports_without_enum_tables():
     trace = load(SAMPLES.parent / "public-samples" / "pipit" / "saxpy_mpi_nsys2022.2.sqlite")
     names = {trace.names[int(i)] for i in np.unique(trace.name_id[trace.mask((Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH))])}
     assert names == {"Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pageable)"}
+
+
+def test_progress_is_reported_in_order(smells_copy):
+    seen: list[tuple[str, float]] = []
+    load(smells_copy, lambda label, frac: seen.append((label, frac)))
+    fracs = [f for _, f in seen]
+    assert fracs == sorted(fracs) and fracs[-1] == 1.0
+    assert any(label.startswith("reading kernels") for label, _ in seen)
