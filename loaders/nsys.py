@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from loaders.events import make_lane
-from loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace, TraceError, build_trace
+from loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
 from loaders.nsys_cuda import (
     GPU_TABLES,
     KERNEL,
@@ -221,7 +221,7 @@ def _meta(
 
     meta.devices = _devices(con, schema, lanes)
     pids = {ln.pid for ln in lanes if ln.kind in _HOST_LANES}
-    gpu = np.isin(ev.kind, [int(k) for k in (Kind.KERNEL, Kind.MEMSET, Kind.SYNC, Kind.GRAPH)])
+    gpu = np.isin(ev.lane_kind, [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
     pids |= {int(p) for p in np.unique((ev.scope[gpu] >> 24) & 0xFFFFFF).tolist() if p}
     meta.processes = _process_names(con, schema, pids)
     meta.threads = _thread_names(con, schema, {(ln.pid, ln.tid) for ln in lanes if ln.kind in _HOST_LANES})

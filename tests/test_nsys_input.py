@@ -297,3 +297,13 @@ def test_progress_is_reported_in_order(smells_copy):
     fracs = [f for _, f in seen]
     assert fracs == sorted(fracs) and fracs[-1] == 1.0
     assert any(label.startswith("reading kernels") for label, _ in seen)
+
+
+def test_permission_denied(smells_copy, capsys):
+    smells_copy.chmod(0)
+    try:
+        if os.access(smells_copy, os.R_OK):
+            pytest.skip("running as root: permission bits do not stop reads (directory and lock cases cover it)")
+        _exit_2_one_line(smells_copy, capsys, "permission denied")
+    finally:
+        smells_copy.chmod(0o644)
