@@ -38,7 +38,7 @@ def _line(label: str, rows: int, wall: float, cpu: float) -> str:
 
 def run(args) -> None:
     quick = bool(getattr(args, "quick", False))
-    repeats = 1 if quick else 3
+    repeats = 2 if quick else 3
     with tempfile.TemporaryDirectory(prefix="gaplens-bench-nsys-") as tmp:
         # A private cache so the first open really unpacks.
         os.environ["GAPLENS_CACHE_DIR"] = str(Path(tmp) / "cache")
