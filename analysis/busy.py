@@ -49,6 +49,8 @@ class BusySpans:
     def busy_before(self, t: np.ndarray | int) -> np.ndarray:
         """B(t): busy time in (-inf, t); vectorised over t."""
         t = np.asarray(t, dtype=np.int64)
+        if self.start.size == 0:  # no GPU work at all (CPU-only or broken capture)
+            return np.zeros(t.shape, dtype=np.int64)
         k = np.searchsorted(self.start, t, "right")  # spans starting at or before t
         partial = np.where(k > 0, np.minimum(t, self.end[np.maximum(k - 1, 0)]) - self.start[np.maximum(k - 1, 0)], 0)
         full = self.cum[np.maximum(k - 1, 0)]

@@ -54,7 +54,8 @@ def load(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
     """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep."""
     path = os.fspath(path)
     head = _head(path)
-    if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep"):
+    if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gzipped_sqlite(path, head):
+        # A gzipped export is unpacked once into the cache folder by the nsys loader.
         from loaders.nsys import load_nsys
 
         return load_nsys(path, progress)
@@ -73,6 +74,14 @@ def load(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
     trace = load_kineto(data, path, progress)
     trace.meta.warnings[:0] = warnings
     return require_events(trace)
+
+
+def _gzipped_sqlite(path: str, head: bytes) -> bool:
+    if not head.startswith(GZIP_MAGIC):
+        return False
+    from loaders.nsys_files import gzip_head
+
+    return gzip_head(path).startswith(SQLITE_MAGIC)
 
 
 def _head(path: str) -> bytes:

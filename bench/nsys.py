@@ -1,0 +1,65 @@
+"""`python -m bench nsys`: load speed of nsys exports, in rows per second.
+
+Rows are the events the loader produced from table rows (API calls, kernels, copies,
+sync records, NVTX ranges). Two inputs: the largest real nsys sample (timed warm, once
+its gzip is unpacked into the cache, plus the one-off unpack) and a synthetic export
+with the real schema (``bench.nsys_synth``: 1M kernels + 1M launch calls, or 250k
+with ``--quick``). Best of N wall time; CPU time shows the two-thread column fetch.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.nsys_synth import make_export
+from loaders import load
+
+SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
+
+
+def _time_load(path: str, repeats: int) -> tuple[float, float, int]:
+    best_wall, best_cpu, rows = float("inf"), float("inf"), 0
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        trace = load(path)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        rows = len(trace)
+        best_wall, best_cpu = min(best_wall, wall), min(best_cpu, cpu)
+    return best_wall, best_cpu, rows
+
+
+def _line(label: str, rows: int, wall: float, cpu: float) -> str:
+    rate = rows / wall / 1e6
+    return f"{label:<34} {rows:>10,} rows  {wall * 1000:8.0f} ms  cpu {cpu * 1000:6.0f} ms  {rate:6.2f} M rows/s"
+
+
+def run(args) -> None:
+    quick = bool(getattr(args, "quick", False))
+    repeats = 2 if quick else 3
+    with tempfile.TemporaryDirectory(prefix="gaplens-bench-nsys-") as tmp:
+        # A private cache so the first open really unpacks.
+        os.environ["GAPLENS_CACHE_DIR"] = str(Path(tmp) / "cache")
+        real = sorted(SAMPLES.glob("nsys_*.sqlite.gz"), key=lambda p: p.stat().st_size)
+        if real:
+            largest = str(real[-1])
+            t0 = time.perf_counter()
+            first = load(largest)
+            cold = time.perf_counter() - t0
+            print(f"{real[-1].name}: first open incl. gunzip to cache {cold * 1000:.0f} ms ({len(first):,} rows)")
+            wall, cpu, rows = _time_load(largest, repeats + 1)
+            print(_line(f"{real[-1].name} (cached)", rows, wall, cpu))
+        else:
+            print("no nsys sample found beside the checkout; real-file timing skipped")
+        kernels = 250_000 if quick else 1_000_000
+        synth = Path(tmp) / "synthetic.sqlite"
+        t0 = time.perf_counter()
+        make_export(synth, kernels=kernels)
+        took = time.perf_counter() - t0
+        print(f"synthetic export: {kernels:,} kernels + {kernels:,} launches written in {took:.1f} s")
+        wall, cpu, rows = _time_load(str(synth), repeats)
+        print(_line(f"synthetic {kernels // 1000}k kernels", rows, wall, cpu))
+        target = "meets" if rows / wall >= 1e6 else "misses"
+        print(f"target >= 1 M rows/s: {target} ({rows / wall / 1e6:.2f} M rows/s, {os.cpu_count()} cores)")

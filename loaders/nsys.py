@@ -1,0 +1,287 @@
+"""Nsight Systems SQLite exports (.sqlite, .sqlite.gz, .nsys-rep via the nsys CLI) into the lane model.
+
+Covers the schema generations in FORMATS.md Part 2 (2022.2 → 2025.3): tables are probed,
+never assumed; correlation ids join API calls to GPU work per process; the file is opened
+read-only and never modified. Each table is fetched in bulk (see ``nsys_sql``).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+
+import numpy as np
+
+from loaders.events import make_lane
+from loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
+from loaders.nsys_cuda import (
+    GPU_TABLES,
+    KERNEL,
+    RUNTIME,
+    PartReader,
+    read_api,
+    read_graphs,
+    read_kernels,
+    read_memcpy,
+    read_memset,
+    read_osrt,
+    read_sync,
+)
+from loaders.nsys_files import resolve, sqlite_uri
+from loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
+from loaders.nsys_parts import Context, Interner, Part, factorize
+from loaders.nsys_sql import Reader, Schema, read_meta, read_strings
+
+Progress = Callable[[str, float], None]
+
+# Tables that only an nsys export has; one of them must be present.
+_NSYS_TABLES = ("StringIds", RUNTIME, KERNEL, NVTX, "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "ThreadNames")
+_HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT)
+
+
+def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
+    """Open an nsys export read-only and build its Trace; bad input raises a one-line TraceError."""
+    path = os.fspath(path)
+    db, immutable = resolve(path, progress)
+    reader = Reader(sqlite_uri(db, immutable))
+    try:
+        return _load(reader, path, progress)
+    except sqlite3.Error as exc:
+        raise TraceError(_sql_message(path, exc)) from None
+    finally:
+        reader.close()
+
+
+def _sql_message(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "not a database" in text:
+        return f"{path}: not a readable SQLite database (corrupt, or not an nsys export)"
+    if "malformed" in text:
+        return f"{path}: corrupt SQLite file ({text})"
+    if "locked" in text or "busy" in text:
+        return f"{path}: the database is locked by another process (still being written?)"
+    if "unable to open" in text:
+        return f"{path}: cannot open the database ({text})"
+    return f"{path}: cannot read the nsys export ({text})"
+
+
+def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
+    con = reader.con()
+    schema = Schema.probe(con)
+    if not any(schema.has(t) for t in _NSYS_TABLES):
+        raise TraceError(f"{path}: an SQLite database, but not an Nsight Systems export (no nsys tables)")
+    kv = read_meta(con, schema)
+    warnings: list[str] = []
+    ctx = Context(reader, schema, read_strings(con, schema), Interner(), Interner(""), warnings)
+
+    got: dict[str, Part | None] = {}
+    readers: dict[str, PartReader] = {
+        "CUDA API": read_api(ctx),
+        "kernels": read_kernels(ctx),
+        "memcpy": read_memcpy(ctx),
+        "memset": read_memset(ctx),
+        "graphs": read_graphs(ctx, got),
+        "sync": read_sync(ctx, got),
+        "OS runtime": read_osrt(ctx),
+    }
+    _run_readers(reader, readers, got, progress)
+    nvtx, nvtx_threads = read_nvtx(ctx)
+    got["NVTX"] = nvtx
+    parts = [p for p in got.values() if p is not None and len(p)]
+    if not parts:
+        raise TraceError(f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)")
+    if progress is not None:
+        progress("building", 0.9)
+    ev = Part.concat(parts)
+    _close_open_ranges(ev, ctx)
+
+    lanes, lane_of = _lanes(ev)
+    meta = _meta(path, kv, con, schema, got, ev, lanes, nvtx_threads, warnings)
+    trace = build_trace(
+        meta,
+        lanes,
+        ctx.names.values(),
+        ctx.details.values(),
+        lane_of,
+        ev.start,
+        ev.end,
+        ev.name,
+        ev.kind,
+        ev.corr,
+        ev.nbytes,
+        ev.detail,
+        corr_scope=ev.scope,
+    )
+    if progress is not None:
+        progress("done", 1.0)
+    return trace
+
+
+def _run_readers(
+    reader: Reader, readers: dict[str, PartReader], done: dict[str, Part | None], progress: Progress | None
+) -> None:
+    """Schedule every table's fetch, then build the Parts into ``done`` in order (later readers use earlier)."""
+    pending = {}
+    for label, gen in readers.items():
+        try:
+            table, exprs, where = next(gen)
+        except StopIteration as stop:  # the table is absent
+            done[label] = stop.value
+            continue
+        pending[label] = reader.submit(table, exprs, where)
+    for i, (label, gen) in enumerate(readers.items()):
+        if label not in pending:
+            continue
+        if progress is not None:
+            progress(f"reading {label}", 0.8 * i / len(readers))
+        try:
+            gen.send(pending[label]())
+        except StopIteration as stop:
+            done[label] = stop.value
+        else:
+            raise RuntimeError(f"table reader {label} asked for a second query")
+
+
+def _close_open_ranges(ev: Part, ctx: Context) -> None:
+    """NVTX ranges with a NULL end run to the end of the trace."""
+    open_ = ev.end == OPEN_END
+    if open_.any():
+        closed = ev.end[~open_]
+        trace_end = max(int(ev.start.max()), int(closed.max()) if closed.size else int(ev.start.max()))
+        ev.end[open_] = trace_end
+        ctx.warnings.append(f"{int(open_.sum())} NVTX ranges have no end; drawn open until the end of the trace")
+
+
+def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
+    """Lanes from raw keys (kind, pid/device, tid/stream), sorted like EventColumns.finish does."""
+    key = (ev.lane_kind.astype(np.int64) << 57) | ((ev.lane_a + 1) << 33) | (ev.lane_b + 1)
+    inverse, ukeys = factorize(key)
+    raw = [
+        (LaneKind(int(k >> 57)), int((k >> 33) & 0xFFFFFF) - 1, int(k & ((1 << 33) - 1)) - 1) for k in ukeys.tolist()
+    ]
+    provisional = [make_lane(i, k) for i, k in enumerate(raw)]
+    order = sorted(range(len(raw)), key=lambda i: provisional[i].sort_key)
+    remap = np.empty(len(raw), np.int32)
+    lanes = []
+    for new_id, old in enumerate(order):
+        remap[old] = new_id
+        lanes.append(make_lane(new_id, raw[old]))
+    return lanes, remap[inverse]
+
+
+def _meta(
+    path: str,
+    kv: dict[str, str],
+    con: sqlite3.Connection,
+    schema: Schema,
+    got: dict[str, Part | None],
+    ev: Part,
+    lanes: list[Lane],
+    nvtx_threads: dict[tuple[int, int], str],
+    warnings: list[str],
+) -> Meta:
+    product = kv.get("EXPORT_PRODUCT_VERSION", "?")
+    version = kv.get("EXPORT_SCHEMA_VERSION", "?")
+    meta = Meta(source_format="nsys", source_version=f"nsys {product} (export schema {version})", path=path)
+    meta.extra = {
+        "export": {k: v for k, v in kv.items() if k.startswith(("EXPORT_PARAM_", "EXPORT_PRODUCT", "EXPORT_SCHEMA"))},
+    }
+    normalized = kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+    meta.extra["time_base"] = "utc_epoch" if normalized else "session_start"
+    meta.extra["time_shift_ns"] = int(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+    if not normalized and schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        if row and row[0] is not None:
+            # Wall clock of a stored time t: utc_epoch_ns + t - time_shift_ns.
+            meta.extra["utc_epoch_ns"] = int(row[0])
+    if kv.get("EXPORT_PARAM_TABLES_TO_EXPORT") or kv.get("EXPORT_PARAM_TIMES_TO_EXPORT"):
+        warnings.append("filtered export (--tables/--times): some launches or GPU work may be missing their partners")
+
+    gpu_rows = sum(len(got[k] or ()) for k in ("kernels", "memcpy", "memset", "graphs"))
+    if gpu_rows == 0:
+        meta.lacks.append("gpu")
+        missing = [t for t in GPU_TABLES[:3] if not schema.has(t)]
+        if missing:
+            warnings.append(
+                f"no GPU activity: the export lacks {', '.join(missing)} (nsys {product}, schema {version});"
+                " re-export the report with a newer nsys or capture with --trace=cuda"
+            )
+        else:
+            warnings.append("no GPU activity: the CUDA activity tables are empty")
+    if not len(got.get("CUDA API") or ()):
+        meta.lacks.append("cuda_api")
+        if not schema.has(RUNTIME):
+            warnings.append(f"no CUDA API calls: the export lacks {RUNTIME} (CPU-only capture?)")
+    host = sum(len(got.get(k) or ()) for k in ("CUDA API", "NVTX", "OS runtime"))
+    if host == 0:
+        meta.lacks.append("cpu")
+    if "gpu" in meta.lacks and "cuda_api" in meta.lacks:
+        warnings.append("CPU-only capture: no CUDA tables, only host-side rows are shown")
+
+    meta.devices = _devices(con, schema, lanes)
+    pids = {ln.pid for ln in lanes if ln.kind in _HOST_LANES}
+    gpu = np.isin(ev.lane_kind, [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
+    pids |= {int(p) for p in np.unique((ev.scope[gpu] >> 24) & 0xFFFFFF).tolist() if p}
+    meta.processes = _process_names(con, schema, pids)
+    meta.threads = _thread_names(con, schema, {(ln.pid, ln.tid) for ln in lanes if ln.kind in _HOST_LANES})
+    for key, name in nvtx_threads.items():
+        meta.threads.setdefault(key, name)
+    streams = _streams(con, schema)
+    if streams:
+        meta.extra["streams"] = streams
+    meta.warnings = warnings
+    return meta
+
+
+def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list[Device]:
+    """GPUs that own events; TARGET_INFO_GPU also lists idle GPUs of the node."""
+    used = sorted({ln.device for ln in lanes if ln.is_gpu})
+    info: dict[int, dict] = {}
+    if schema.has("TARGET_INFO_GPU", "id"):
+        cols = [c for c in schema.columns["TARGET_INFO_GPU"] if c not in ("ctxswDevPath", "ctrlDevPath")]
+        for row in con.execute("SELECT " + ", ".join(f'"{c}"' for c in cols) + " FROM TARGET_INFO_GPU"):
+            rec = dict(zip(cols, row, strict=True))
+            if rec.get("id") is not None:
+                info.setdefault(int(rec["id"]), {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
+    return [Device(d, str(info.get(d, {}).get("name") or f"GPU {d}"), info.get(d, {})) for d in used]
+
+
+def _process_names(con: sqlite3.Connection, schema: Schema, pids: set[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    if schema.has("PROCESSES", "globalPid") and pids:
+        for gpid, name in con.execute("SELECT globalPid, name FROM PROCESSES"):
+            if gpid is None:
+                continue
+            pid = (int(gpid) >> 24) & 0xFFFFFF
+            if pid in pids and name:
+                out.setdefault(pid, str(name))
+    return out
+
+
+def _thread_names(con: sqlite3.Connection, schema: Schema, threads: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    out: dict[tuple[int, int], str] = {}
+    if schema.has("ThreadNames", "globalTid") and schema.has("StringIds") and threads:
+        sql = "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId"
+        for gtid, name in con.execute(sql):
+            if gtid is None or not name:
+                continue
+            key = ((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)
+            if key in threads:
+                out.setdefault(key, str(name))
+    return out
+
+
+def _streams(con: sqlite3.Connection, schema: Schema) -> list[dict]:
+    """Stream priorities (stored unsigned) and types, for the details of stream lanes."""
+    t = "TARGET_INFO_CUDA_STREAM"
+    if not schema.has(t, "streamId"):
+        return []
+    out = []
+    extra = ", ".join(schema.col(t, c) for c in ("priority", "flag", "processId"))
+    sql = f"SELECT streamId, {extra} FROM {t}"
+    for sid, prio, flag, pid in con.execute(sql):
+        if prio is not None and prio >= 1 << 31:
+            prio -= 1 << 32
+        out.append({"stream": sid, "priority": prio, "flag": flag, "pid": pid})
+    return out

@@ -1,0 +1,358 @@
+"""CUDA tables of an nsys export as Parts: API calls, kernels, memcpy, memset, sync, graphs, OS runtime.
+
+Every table is read by column name after probing (columns move between versions),
+fetched in bulk, and turned into names/details once per distinct value, never per row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+
+from loaders.model import Kind, LaneKind
+from loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
+from loaders.nsys_sql import NULL, read_enum
+
+#: A table reader: yields one (table, {key: SQL expression}, where) request, is sent the
+#: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
+#: before any result is awaited, so both cores fetch even when every table is small.
+PartReader = Generator[tuple[str, dict[str, str], str], dict[str, np.ndarray], "Part | None"]
+
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+OSRT = "OSRT_API"
+GPU_TABLES = (KERNEL, MEMCPY, MEMSET, GRAPH)
+BACKTRACE_CLASS = 67  # 2022.x: a second copy of every API call carrying its backtrace
+NO_STREAM = 4294967295  # sentinel for "not applicable" in sync rows
+
+# copyKind → (event kind, short label as Kineto writes it)
+_COPY = {
+    1: (Kind.MEMCPY_HTOD, "HtoD"),
+    2: (Kind.MEMCPY_DTOH, "DtoH"),
+    3: (Kind.MEMCPY_OTHER, "HtoA"),
+    4: (Kind.MEMCPY_OTHER, "AtoH"),
+    5: (Kind.MEMCPY_OTHER, "AtoA"),
+    6: (Kind.MEMCPY_OTHER, "AtoD"),
+    7: (Kind.MEMCPY_OTHER, "DtoA"),
+    8: (Kind.MEMCPY_DTOD, "DtoD"),
+    9: (Kind.MEMCPY_OTHER, "HtoH"),
+    10: (Kind.MEMCPY_PEER, "PtoP"),
+    11: (Kind.MEMCPY_HTOD, "HtoD"),
+    12: (Kind.MEMCPY_DTOH, "DtoH"),
+    13: (Kind.MEMCPY_DTOD, "DtoD"),
+}
+# The blocking call names the sync better than syncType, whose stored values drift between versions.
+_SYNC_BY_API = (
+    ("StreamWaitEvent", "Stream wait event"),
+    ("StreamSynchronize", "Stream sync"),
+    ("StreamQuery", "Stream query"),
+    ("EventSynchronize", "Event sync"),
+    ("EventQuery", "Event query"),
+    ("DeviceSynchronize", "Device sync"),
+    ("CtxSynchronize", "Context sync"),
+    ("Memcpy", "Memcpy sync"),
+    ("Memset", "Memset sync"),
+)
+
+
+def _ifnull0(ctx: Context, table: str, column: str) -> str:
+    return f"ifnull({ctx.schema.col(table, column)}, 0)"
+
+
+def _gpu_exprs(ctx: Context, table: str) -> dict[str, str]:
+    sc = ctx.schema
+    return {
+        "start": '"start"',
+        "end": '"end"',
+        "lane": f"{_ifnull0(ctx, table, 'deviceId')} * 8589934592 + {_ifnull0(ctx, table, 'streamId')}",
+        "corr": sc.col(table, "correlationId"),
+        "pid": sc.col(table, "globalPid"),
+    }
+
+
+def _unpack_lane(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    cols["dev"], cols["stream"] = cols["lane"] >> 33, cols["lane"] & ((1 << 33) - 1)
+    return cols
+
+
+def _corr(cols: dict[str, np.ndarray]) -> np.ndarray:
+    return np.where(cols["corr"] == NULL, -1, cols["corr"])
+
+
+def _scope(cols: dict[str, np.ndarray]) -> np.ndarray:
+    return process_scope(np.where(cols["pid"] == NULL, 0, cols["pid"]))
+
+
+def read_api(ctx: Context) -> PartReader:
+    """Runtime and driver calls (one table, told apart by eventClass), backtrace duplicates dropped."""
+    if not ctx.schema.has(RUNTIME):
+        return None
+    sc = ctx.schema
+    where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if sc.has(RUNTIME, "eventClass") else ""
+    cols = yield (
+        RUNTIME,
+        {
+            "start": '"start"',
+            "end": '"end"',
+            "tid": _ifnull0(ctx, RUNTIME, "globalTid"),
+            "corr": sc.col(RUNTIME, "correlationId"),
+            "name": sc.col(RUNTIME, "nameId"),
+        },
+        where,
+    )
+    pid, tid = split_tid(cols["tid"])
+    name = ctx.names.map_ids(cols["name"], lambda s: api_display_name(ctx.string(s)), "CUDA API")
+    raw = ctx.details.map_ids(cols["name"], lambda s: _raw_if_suffixed(ctx.string(s)))
+    return Part.make(
+        LaneKind.CUDA_API,
+        pid,
+        tid,
+        cols["start"],
+        cols["end"],
+        name,
+        Kind.CUDA_API,
+        _corr(cols),
+        process_scope(cols["tid"]),
+        detail=raw,
+    )
+
+
+def _raw_if_suffixed(raw: str) -> str:
+    return raw if api_display_name(raw) != raw else ""
+
+
+def read_kernels(ctx: Context) -> PartReader:
+    if not ctx.schema.has(KERNEL):
+        return None
+    t, sc = KERNEL, ctx.schema
+
+    def z(c: str) -> str:
+        return _ifnull0(ctx, t, c)
+
+    short, dem = sc.col(t, "shortName", "demangledName"), sc.col(t, "demangledName", "shortName")
+    exprs = _gpu_exprs(ctx, t) | {
+        # Both string ids in one integer: fewer columns to format and parse (ids < 2**31).
+        "names": f"ifnull({dem}, {short}) * 2147483648 + ifnull({short}, {dem})",
+        # Launch geometry packed into three exact integers, unpacked once per distinct value.
+        "grid": f"{z('gridX')} * 4294967296 + {z('gridY')} * 65536 + {z('gridZ')}",
+        "block": f"(({z('blockX')} * 2048 + {z('blockY')}) * 2048 + {z('blockZ')}) * 1024 + {z('registersPerThread')}",
+        "smem": f"{z('staticSharedMemory')} * 16777216 + {z('dynamicSharedMemory')}",
+    }
+    cols = _unpack_lane((yield t, exprs, ""))
+    cols["dem"] = np.where(cols["names"] == NULL, -1, cols["names"] >> 31)
+    name = ctx.names.map_ids(np.where(cols["names"] == NULL, -1, cols["names"] & 0x7FFFFFFF), ctx.string, "kernel")
+    detail = _kernel_details(ctx, cols)
+    return Part.make(
+        LaneKind.STREAM,
+        cols["dev"],
+        cols["stream"],
+        cols["start"],
+        cols["end"],
+        name,
+        Kind.KERNEL,
+        _corr(cols),
+        _scope(cols),
+        detail=detail,
+    )
+
+
+def _kernel_details(ctx: Context, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """One details string per distinct (demangled name, grid, block, regs, smem)."""
+    keys = np.stack([cols["dem"], cols["grid"], cols["block"], cols["smem"]], axis=1)
+    if keys.shape[0] == 0:
+        return np.empty(0, np.int32)
+    u = keys.view(np.uint64)
+    h = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
+    for j, mult in enumerate((0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5), start=1):
+        h = (h ^ (h >> np.uint64(29))) + u[:, j] * np.uint64(mult)
+    inverse, uniq = factorize(h.view(np.int64))
+    first = first_index(inverse, uniq.size)
+    if not bool(np.all(keys[first][inverse] == keys)):  # a hash collision: exact but slower
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    lut = np.empty(first.size, np.int32)
+    for j, row in enumerate(keys[first].tolist()):
+        dem, grid, block, smem = row
+        gx, gy, gz = grid >> 32, (grid >> 16) & 0xFFFF, grid & 0xFFFF
+        regs, bz, by, bx = block & 1023, (block >> 10) & 2047, (block >> 21) & 2047, block >> 32
+        lut[j] = ctx.details.add(
+            f"grid {gx}×{gy}×{gz}  block {bx}×{by}×{bz}  regs {regs}  "
+            f"smem {smem >> 24}+{smem & 0xFFFFFF} B  ·  {ctx.string(dem)}"
+        )
+    return lut[inverse]
+
+
+def read_memcpy(ctx: Context) -> PartReader:
+    if not ctx.schema.has(MEMCPY):
+        return None
+    t, sc = MEMCPY, ctx.schema
+    extra = {
+        "bytes": _ifnull0(ctx, t, "bytes"),
+        "copy": _ifnull0(ctx, t, "copyKind"),
+        "src": sc.col(t, "srcKind"),
+        "dst": sc.col(t, "dstKind"),
+    }
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    opers = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEMCPY_OPER")
+    mems = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEM_KIND")
+    src = np.where(cols["src"] == NULL, 255, cols["src"] & 255)
+    dst = np.where(cols["dst"] == NULL, 255, cols["dst"] & 255)
+    combo = (np.clip(cols["copy"], 0, 255) << 16) | (src << 8) | dst
+    codes, inverse = np.unique(combo, return_inverse=True)
+    name_lut = np.empty(codes.size, np.int32)
+    detail_lut = np.empty(codes.size, np.int32)
+    kind_lut = np.empty(codes.size, np.int8)
+    for j, c in enumerate(codes.tolist()):
+        copy, s, d = c >> 16, (c >> 8) & 255, c & 255
+        kind, short = _COPY.get(copy, (Kind.MEMCPY_OTHER, "other"))
+        src_label, dst_label = mems.get(s, "?") if s != 255 else "?", mems.get(d, "?") if d != 255 else "?"
+        kind_lut[j] = int(kind)
+        name_lut[j] = ctx.names.add(f"Memcpy {short} ({src_label} -> {dst_label})")
+        detail_lut[j] = ctx.details.add(f"{opers.get(copy, f'copyKind {copy}')}  from {src_label} to {dst_label}")
+    inverse = inverse.reshape(-1)
+    return Part.make(
+        LaneKind.STREAM,
+        cols["dev"],
+        cols["stream"],
+        cols["start"],
+        cols["end"],
+        name_lut[inverse],
+        kind_lut[inverse],
+        _corr(cols),
+        _scope(cols),
+        cols["bytes"],
+        detail_lut[inverse],
+    )
+
+
+def read_memset(ctx: Context) -> PartReader:
+    if not ctx.schema.has(MEMSET):
+        return None
+    t = MEMSET
+    extra = {"bytes": _ifnull0(ctx, t, "bytes"), "mem": ctx.schema.col(t, "memKind")}
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    mems = read_enum(ctx.reader.con(), ctx.schema, "ENUM_CUDA_MEM_KIND")
+    name = ctx.names.map_ids(cols["mem"], lambda m: f"Memset ({mems.get(m, 'Unknown')})" if m != NULL else "Memset")
+    return Part.make(
+        LaneKind.STREAM,
+        cols["dev"],
+        cols["stream"],
+        cols["start"],
+        cols["end"],
+        name,
+        Kind.MEMSET,
+        _corr(cols),
+        _scope(cols),
+        cols["bytes"],
+    )
+
+
+def read_graphs(ctx: Context, built: dict[str, Part | None]) -> PartReader:
+    """Whole-graph boxes (graph-level tracing); dropped where the graph's nodes were traced too."""
+    if not ctx.schema.has(GRAPH):
+        return None
+    extra = {"graph": ctx.schema.col(GRAPH, "graphId")}
+    cols = _unpack_lane((yield GRAPH, _gpu_exprs(ctx, GRAPH) | extra, ""))
+    corr, scope = _corr(cols), _scope(cols)
+    keep = np.ones(corr.size, bool)
+    kernels = built.get("kernels")
+    if kernels is not None and len(kernels):
+        keep = ~np.isin(_key(scope, corr), _key(kernels.scope, kernels.corr))
+    name = ctx.names.map_ids(cols["graph"], lambda g: f"CUDA graph {g}" if g != NULL else "CUDA graph")
+    part = Part.make(
+        LaneKind.STREAM,
+        cols["dev"],
+        cols["stream"],
+        cols["start"],
+        cols["end"],
+        name,
+        Kind.GRAPH,
+        corr,
+        scope,
+    )
+    return _take(part, keep)
+
+
+def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
+    """GPU-side sync records on the device's sync lane, named after the API call that blocked."""
+    if not ctx.schema.has(SYNC):
+        return None
+    t, sc = SYNC, ctx.schema
+    extra = {"hint": sc.col(t, "syncType"), "old": sc.col(t, "deprecatedSyncType")}
+    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    hint = np.where((cols["hint"] == NULL) | (cols["hint"] == 0), cols["old"], cols["hint"])
+    hint = np.where(hint == NULL, 0, np.clip(hint, 0, 15))
+    corr, scope = _corr(cols), _scope(cols)
+    api_name = _api_name_of(built.get("CUDA API"), scope, corr)
+    stream = np.where(cols["stream"] == NO_STREAM, -1, cols["stream"])
+    labels = read_enum(ctx.reader.con(), sc, "ENUM_CUPTI_SYNC_TYPE")
+    combo = ((api_name + 1) << 40) | (hint << 36) | (stream & ((1 << 36) - 1))
+    codes, inverse = np.unique(combo, return_inverse=True)
+    names = ctx.names.values()
+    name_lut = np.empty(codes.size, np.int32)
+    detail_lut = np.empty(codes.size, np.int32)
+    for j, c in enumerate(codes.tolist()):
+        a, h, s = (c >> 40) - 1, (c >> 36) & 15, c & ((1 << 36) - 1)
+        call = names[a] if a >= 0 else ""
+        label = next((lab for key, lab in _SYNC_BY_API if key in call), labels.get(h, "Sync"))
+        name_lut[j] = ctx.names.add(label)
+        where = "device-wide" if s == (1 << 36) - 1 else f"stream {s}"
+        detail_lut[j] = ctx.details.add(f"{where}  by {call or 'unknown call'}  syncType {labels.get(h, h)}")
+    inverse = inverse.reshape(-1)
+    return Part.make(
+        LaneKind.GPU_SYNC,
+        cols["dev"],
+        -1,
+        cols["start"],
+        cols["end"],
+        name_lut[inverse],
+        Kind.SYNC,
+        corr,
+        scope,
+        detail=detail_lut[inverse],
+    )
+
+
+def read_osrt(ctx: Context) -> PartReader:
+    if not ctx.schema.has(OSRT):
+        return None
+    exprs = {
+        "start": '"start"',
+        "end": '"end"',
+        "tid": _ifnull0(ctx, OSRT, "globalTid"),
+        "name": ctx.schema.col(OSRT, "nameId"),
+    }
+    cols = yield OSRT, exprs, ""
+    pid, tid = split_tid(cols["tid"])
+    name = ctx.names.map_ids(cols["name"], ctx.string, "OS runtime call")
+    return Part.make(LaneKind.OSRT, pid, tid, cols["start"], cols["end"], name, Kind.OSRT)
+
+
+def _key(scope: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """One int64 per (process, correlation id): pid bits are 24 wide, ids fit 39 bits in practice."""
+    pid = (scope >> 24) & 0xFFFFFF
+    return (pid << 39) | (corr & ((1 << 39) - 1))
+
+
+def _api_name_of(api: Part | None, scope: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """Name id of the API call with the same (process, correlation), -1 when none."""
+    out = np.full(corr.size, -1, np.int64)
+    if api is None or not len(api) or not corr.size:
+        return out
+    a_key = _key(api.scope, api.corr)
+    order = np.argsort(a_key, kind="stable")
+    a_key = a_key[order]
+    k = _key(scope, corr)
+    pos = np.minimum(np.searchsorted(a_key, k), a_key.size - 1)
+    hit = (a_key[pos] == k) & (corr >= 0)
+    out[hit] = api.name[order][pos[hit]]
+    return out
+
+
+def _take(part: Part, keep: np.ndarray) -> Part:
+    return Part(**{f: getattr(part, f)[keep] for f in Part.__dataclass_fields__})

@@ -1,0 +1,191 @@
+"""Where an nsys export is read from: gunzipped or exported once into a cache folder, opened read-only."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shlex
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import urllib.parse
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from loaders.model import TraceError
+
+Progress = Callable[[str, float], None]
+
+GZIP_MAGIC = b"\x1f\x8b"
+#: Seconds to wait for a writer's lock before giving up with a one-line error.
+BUSY_TIMEOUT_S = 2.0
+
+
+def cache_dir() -> Path:
+    """``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else ``~/.cache/gaplens``."""
+    explicit = os.environ.get("GAPLENS_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "gaplens"
+
+
+def cache_path(source: str, suffix: str) -> Path:
+    """Cache file for ``source``: the name hashes the absolute path, the stem hashes size and mtime."""
+    try:
+        st = os.stat(source)
+    except OSError as exc:
+        raise TraceError(f"{source}: cannot read ({exc.strerror})") from None
+    where = hashlib.sha1(os.path.abspath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    when = hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:8]
+    stem = Path(source).name.split(".")[0][:40] or "trace"
+    return cache_dir() / f"{stem}-{where}-{when}{suffix}"
+
+
+def _writable_dir(folder: Path) -> Path:
+    """The cache folder, or a private temp folder when it cannot be created."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"gaplens-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def _prune_stale(target: Path) -> None:
+    """Drop older copies of the same source (same path hash, other size/mtime)."""
+    prefix = target.name.rsplit("-", 1)[0] + "-"
+    for old in target.parent.glob(prefix + "*"):
+        if old != target and not old.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
+def gunzip_to_cache(path: str, progress: Progress | None = None) -> str:
+    """Unpack a gzipped export once; later opens of the same unchanged file reuse it."""
+    target = cache_path(path, ".sqlite")
+    target = _writable_dir(target.parent) / target.name
+    if target.exists():
+        return str(target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+    try:
+        total = max(os.path.getsize(path), 1)
+        done = 0
+        d = zlib.decompressobj(wbits=47)
+        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
+            while chunk := src.read(1 << 22):
+                done += len(chunk)
+                while chunk:
+                    dst.write(d.decompress(chunk))
+                    # Concatenated gzip members continue with a fresh decompressor.
+                    chunk = d.unused_data if d.eof else b""
+                    if chunk:
+                        d = zlib.decompressobj(wbits=47)
+                if progress is not None:
+                    progress("decompressing", min(1.0, done / total))
+            dst.write(d.flush())
+        if not d.eof:
+            raise TraceError(f"{path}: the gzip stream is truncated; the export inside is incomplete")
+        os.replace(tmp, target)
+    except zlib.error as exc:
+        raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
+    except PermissionError:
+        raise TraceError(f"{path}: permission denied") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot unpack ({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _prune_stale(target)
+    return str(target)
+
+
+def export_command(rep: str, out: str | None = None) -> str:
+    """The exact `nsys export` command that turns a report into the SQLite this loader reads."""
+    out = out or str(Path(rep).with_suffix(".sqlite"))
+    return f"nsys export --type sqlite -o {shlex.quote(out)} {shlex.quote(rep)}"
+
+
+def export_rep(path: str, progress: Progress | None = None) -> str:
+    """Export a ``.nsys-rep`` with the nsys CLI into the cache folder (once per unchanged report)."""
+    if not os.path.isfile(path):
+        raise TraceError(f"{path}: no such file" if not os.path.exists(path) else f"{path}: not a file")
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise TraceError(f"{path}: reading .nsys-rep needs nsys on PATH; export it first: {export_command(path)}")
+    target = cache_path(path, ".sqlite")
+    target = _writable_dir(target.parent) / target.name
+    if target.exists():
+        return str(target)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp.sqlite")
+    if progress is not None:
+        progress("exporting with nsys", 0.0)
+    cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(tmp), path]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, check=False)
+        if done.returncode != 0 or not tmp.exists():
+            last = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+            raise TraceError(f"{path}: nsys export failed ({last[0][:200]}); try: {export_command(path)}")
+        os.replace(tmp, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise TraceError(f"{path}: could not run nsys export ({exc}); try: {export_command(path)}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    _prune_stale(target)
+    return str(target)
+
+
+def sqlite_uri(path: str, immutable: bool) -> str:
+    """A read-only URI; ``immutable`` skips locking and is used only for our own cache copies."""
+    quoted = urllib.parse.quote(os.path.abspath(path))
+    return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
+
+
+def connect(uri: str) -> sqlite3.Connection:
+    """A read-only connection that never writes or creates anything next to the file."""
+    con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    con.execute("PRAGMA query_only = 1")
+    return con
+
+
+def head(path: str, size: int = 16) -> bytes:
+    """First bytes of a file, with OS errors turned into one-line TraceErrors."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(size)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise TraceError(f"{path}: is a directory, not a trace file") from None
+    except PermissionError:
+        raise TraceError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def gzip_head(path: str, size: int = 16) -> bytes:
+    """First decompressed bytes of a gzip file (empty when it is not gzip or is corrupt)."""
+    try:
+        with open(path, "rb") as fh:
+            d = zlib.decompressobj(wbits=47)
+            return d.decompress(fh.read(4096), size)
+    except (OSError, zlib.error):
+        return b""
+
+
+def resolve(path: str, progress: Progress | None = None) -> tuple[str, bool]:
+    """The SQLite file to open for ``path`` and whether it is our own immutable cache copy."""
+    if path.endswith(".nsys-rep"):
+        return export_rep(path, progress), True
+    if head(path, 2) == GZIP_MAGIC:
+        return gunzip_to_cache(path, progress), True
+    return path, False

@@ -1,0 +1,146 @@
+"""Columnar pieces of an nsys trace (one per table) and the interned names and details they point into."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from loaders.model import LaneKind
+
+_VERSION_SUFFIX = re.compile(r"(_v\d+)+$")
+TID_MASK = 0xFFFFFF
+
+
+def api_display_name(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` → ``cudaLaunchKernel`` (also ``..._v2_v12000``)."""
+    return _VERSION_SUFFIX.sub("", name) or name
+
+
+def split_tid(global_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) from serialized globalTid values (FORMATS.md 2.2)."""
+    g = np.asarray(global_tid, dtype=np.int64)
+    return (g >> 24) & TID_MASK, g & TID_MASK
+
+
+def process_scope(global_tid: np.ndarray) -> np.ndarray:
+    """VM + process bits of a globalTid (== globalPid): the scope in which correlation ids are unique."""
+    return np.asarray(global_tid, dtype=np.int64) & ~np.int64(TID_MASK)
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, distinct values in first-seen order): a hash table, O(n), unlike np.unique's sort."""
+    codes, uniques = pd.factorize(np.asarray(values, dtype=np.int64), sort=False)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=np.int64)
+
+
+def first_index(codes: np.ndarray, count: int) -> np.ndarray:
+    """Index of the first row of each code."""
+    first = np.empty(count, np.int64)
+    first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)
+    return first
+
+
+class Interner:
+    """Strings to dense ids; vectorised mapping of StringIds ids through a lookup array."""
+
+    def __init__(self, first: str | None = None) -> None:
+        self.ids: dict[str, int] = {}
+        if first is not None:
+            self.add(first)
+
+    def add(self, text: str) -> int:
+        return self.ids.setdefault(text, len(self.ids))
+
+    def values(self) -> list[str]:
+        return list(self.ids)
+
+    def map_ids(self, raw: np.ndarray, lookup, fallback: str = "?") -> np.ndarray:
+        """Map a column of file string ids (or codes) through ``lookup(code) -> str`` once per distinct code."""
+        raw = np.asarray(raw, dtype=np.int64)
+        if raw.size == 0:
+            return np.empty(0, np.int32)
+        inverse, codes = factorize(raw)
+        lut = np.fromiter(
+            (self.add(lookup(int(c)) or fallback) for c in codes.tolist()), dtype=np.int32, count=codes.size
+        )
+        return lut[inverse]
+
+
+@dataclass
+class Part:
+    """Events of one source table, still keyed by raw lane keys and absolute times."""
+
+    lane_kind: np.ndarray  # LaneKind per event (int8)
+    lane_a: np.ndarray  # pid or device
+    lane_b: np.ndarray  # tid, stream, or -1
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray  # into the names interner
+    kind: np.ndarray  # Kind
+    corr: np.ndarray
+    scope: np.ndarray  # process bits: correlation ids are unique only within a process
+    nbytes: np.ndarray
+    detail: np.ndarray  # into the details interner
+
+    @classmethod
+    def make(
+        cls,
+        lane_kind: LaneKind,
+        a,
+        b,
+        start,
+        end,
+        name,
+        kind,
+        corr=None,
+        scope=None,
+        nbytes=None,
+        detail=None,
+    ) -> Part:
+        n = int(np.asarray(start).size)
+
+        def col(x, fill, dtype):
+            if x is None:
+                return np.full(n, fill, dtype=dtype)
+            arr = np.asarray(x, dtype=dtype)
+            return np.full(n, arr, dtype=dtype) if arr.ndim == 0 else arr
+
+        return cls(
+            lane_kind=np.full(n, int(lane_kind), np.int8),
+            lane_a=col(a, -1, np.int64),
+            lane_b=col(b, -1, np.int64),
+            start=col(start, 0, np.int64),
+            end=col(end, 0, np.int64),
+            name=col(name, 0, np.int32),
+            kind=col(kind, 0, np.int8),
+            corr=col(corr, -1, np.int64),
+            scope=col(scope, 0, np.int64),
+            nbytes=col(nbytes, 0, np.int64),
+            detail=col(detail, 0, np.int32),
+        )
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+    @staticmethod
+    def concat(parts: list[Part]) -> Part:
+        fields = Part.__dataclass_fields__
+        return Part(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields})
+
+
+@dataclass
+class Context:
+    """What every table reader needs: the reader, the probed schema, strings and the interners."""
+
+    reader: object  # loaders.nsys_sql.Reader
+    schema: object  # loaders.nsys_sql.Schema
+    strings: dict[int, str]
+    names: Interner
+    details: Interner
+    warnings: list[str]
+
+    def string(self, sid: int) -> str:
+        return self.strings.get(sid, "")
