@@ -29,7 +29,8 @@ STEP_FAMILIES = (
 DTYPE_TOKENS = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|Float8", re.IGNORECASE)),
     ("bf16", re.compile(r"BFloat16|bfloat16|bf16", re.IGNORECASE)),
-    ("fp16", re.compile(r"c10::Half|__half\b|\bhalf\b|fp16|f16_|_f16", re.IGNORECASE)),
+    # Not a bare "f16": cuDNN's generated kernels say f16 for bf16 runs too.
+    ("fp16", re.compile(r"c10::Half|__half\b|\bhalf\b|fp16", re.IGNORECASE)),
     ("tf32", re.compile(r"tf32", re.IGNORECASE)),
 )
 
@@ -198,7 +199,7 @@ def dtype_hint(trace: Trace) -> tuple[str, str]:
     best = max(totals, key=lambda t: totals[t])
     if totals[best] <= 0 or grand <= 0:
         return "", ""
-    return best, f"{100 * totals[best] / grand:.0f}% of kernel time names it"
+    return best, f"named by kernels holding {100 * totals[best] / grand:.0f}% of kernel time"
 
 
 def input_shapes(trace: Trace, top: int = 6) -> list[dict]:

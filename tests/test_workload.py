@@ -71,3 +71,12 @@ def test_workload_dict_is_json_ready() -> None:
 
     d = workload(loaded("decode_eager.json.gz")).to_dict()
     assert json.loads(json.dumps(d))["steps"][0]["count"] == 32
+
+
+def test_nsys_short_names_claim_no_dtype() -> None:
+    # nsys keeps short kernel names; cuDNN's "f16" in them is no evidence of fp16 (the run is bf16).
+    w = workload(loaded("nsys_decode_eager.sqlite.gz"))
+    assert w.dtype in ("", "bf16")
+    assert w.gpus[0]["name"] == "NVIDIA H200"
+    fam = w.iterations
+    assert fam is not None and (fam.label, fam.count) == ("decode_step", 32)
