@@ -81,3 +81,14 @@ def test_cli_bad_input_exits_2(tmp_path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["compare", str(bad), str(sample("smells.json.gz"))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gaplens: ") and len(err.strip().splitlines()) == 1
+
+
+def test_nsys_captures_agree() -> None:
+    r = compare(loaded("nsys_decode_eager.sqlite.gz"), loaded("nsys_decode_graphs.sqlite.gz"))
+    assert r["gap"]["where"] == "decode_step N" and r["gap"]["outcome"] == "shrank"
+    per_before, per_after = r["gap"]["blank_per_occurrence_ns"]
+    assert per_after < 0.05 * per_before
+    decode = next(p for p in r["phases"] if p["name"] == "decode")
+    assert decode["busy_pct"]["after"] > 75 > 10 > decode["busy_pct"]["before"]
+    assert r["busy_pct"]["diff"] > 0
+    assert r["copies_per_step"]["before"] == pytest.approx(5.0) and r["copies_per_step"]["after"] == pytest.approx(1.0)
