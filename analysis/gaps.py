@@ -4,8 +4,11 @@
     stream 13     ██            ██
     gaps             [  ]  [   ]        <- complement of the union, clipped to the window
 
-Critical-path flags and causes are filled in by ``analysis.critical_path`` and
-``analysis.causes``; this module only finds where the device waited.
+``blank_regions`` only finds where the device waited; ``analyse_gaps`` adds whether
+the critical path ran through host work during each one (``analysis.critical_path``:
+the device waited for the host when host-side path segments cover at least half
+the gap) and why (``analysis.causes``). The largest gap on the path is the one the
+viewer highlights and the report zooms into.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, device_busy, gpu_window
+from analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
 from loaders.model import Trace
 
 CAUSES = ("sync", "copy", "launch", "host", "unknown")
@@ -67,3 +70,88 @@ def complement(busy: BusySpans, w0: int, w1: int) -> tuple[np.ndarray, np.ndarra
     gap_e = np.concatenate((s, [w1]))
     keep = gap_e > gap_s
     return gap_s[keep], gap_e[keep]
+
+
+#: A gap is on the critical path when host-side path segments cover this share of it.
+ON_PATH_SHARE = 0.5
+
+
+def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
+    """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
+    from analysis.phases import phases
+
+    return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
+
+
+def analyse_gaps(
+    trace: Trace,
+    window: tuple[int, int] | None = None,
+    phase: str | None = None,
+    device: int | None = None,
+    min_ns: int = 1,
+    evidence_top: int = 100,
+) -> list[Gap]:
+    """Blank regions in time order with on-path flag, cause, shares, message; evidence for the largest.
+
+    ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
+    ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
+    """
+    from analysis.causes import evidence, explain, next_ops
+    from analysis.critical_path import critical_path
+    from loaders.model import TraceError
+
+    if phase is not None:
+        windows = phase_windows(trace, phase)
+        if not windows:
+            raise TraceError(f"no phase named {phase!r} in this trace")
+    else:
+        windows = [window]
+    out: list[Gap] = []
+    for win in windows:
+        gaps = blank_regions(trace, device, win, min_ns)
+        if not gaps:
+            continue
+        path = critical_path(trace, win)
+        starts = np.asarray([g.start_ns for g in gaps], np.int64)
+        ends = np.asarray([g.end_ns for g in gaps], np.int64)
+        host = path.time_in(starts, ends)
+        nxt = np.full(len(gaps), -1, np.int64)
+        devs = np.asarray([g.device for g in gaps])
+        for dev in np.unique(devs).tolist():
+            m = devs == dev
+            nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
+        for g, h, (cause, shares, msg) in zip(gaps, host, explain(trace, starts, ends, nxt), strict=True):
+            g.on_critical_path = bool(h >= ON_PATH_SHARE * g.dur_ns) and cause != "unknown"
+            g.cause, g.shares, g.message = cause, shares, msg
+        for k in np.argsort(-(ends - starts), kind="stable")[:evidence_top].tolist():
+            gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(nxt[k]))
+        out.extend(gaps)
+    out.sort(key=lambda g: (g.start_ns, g.device))
+    return out
+
+
+def largest(gaps: list[Gap]) -> list[Gap]:
+    """Largest first; ties by time."""
+    return sorted(gaps, key=lambda g: (-g.dur_ns, g.start_ns))
+
+
+def largest_on_critical_path(trace_or_gaps, window: tuple[int, int] | None = None) -> Gap | None:
+    """THE highlighted region: the largest blank region on the critical path (None if no gap is on it)."""
+    gaps = trace_or_gaps if isinstance(trace_or_gaps, list) else analyse_gaps(trace_or_gaps, window)
+    on = [g for g in gaps if g.on_critical_path]
+    return largest(on)[0] if on else None
+
+
+def gap_json(g: Gap) -> dict:
+    """One gap as the `gaplens gaps --json` contract spells it."""
+    return {
+        "device": g.device,
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "dur_ns": g.dur_ns,
+        "on_critical_path": g.on_critical_path,
+        "cause": g.cause,
+        "shares": g.shares,
+        "evidence": g.evidence,
+        "message": g.message,
+    }
