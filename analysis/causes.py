@@ -28,6 +28,8 @@ from analysis.calls import CAPTURE_HINT, COPY, LAUNCH, SYNC, api_class, has_cpu_
 from loaders.model import Kind, LaneKind, Trace
 
 CLASS_ORDER = ("sync", "copy", "launch", "host")
+CAUSE_NAMES = (*CLASS_ORDER, "unknown")
+UNKNOWN = len(CLASS_ORDER)
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
 
@@ -127,22 +129,20 @@ def split_gaps(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarr
     return shares, known
 
 
-def explain(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarray) -> list[tuple[str, dict, str]]:
-    """(cause, shares, message) per gap."""
+def classify(
+    trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per gap: cause code (index into ``CAUSE_NAMES``), (k, 4) shares in ``CLASS_ORDER``, message."""
     split, known = split_gaps(trace, starts, ends, nxt)
-    cpu = has_cpu_side(trace)
     dur = np.maximum(ends - starts, 1).astype(np.float64)
     frac = np.round(split / dur[:, None], 4)
-    cause_ix = np.argmax(split, axis=1).tolist()
-    unknown_msg = CAPTURE_HINT if not cpu else NO_LAUNCH_HINT
-    out: list[tuple[str, dict, str]] = []
-    for row, ix, ok, nx in zip(frac.tolist(), cause_ix, known.tolist(), nxt.tolist(), strict=True):
-        if not ok:
-            out.append(("unknown", {"unknown": 1.0}, unknown_msg if (nx >= 0 or not cpu) else NO_NEXT_HINT))
-            continue
-        shares = {name: v for name, v in zip(CLASS_ORDER, row, strict=True) if v > 0}
-        out.append((CLASS_ORDER[ix], shares, ""))
-    return out
+    cause = np.where(known, np.argmax(split, axis=1), UNKNOWN).astype(np.int8)
+    messages = [""] * starts.size
+    if not known.all():
+        cpu = has_cpu_side(trace)
+        for i in np.flatnonzero(~known).tolist():
+            messages[i] = CAPTURE_HINT if not cpu else (NO_LAUNCH_HINT if nxt[i] >= 0 else NO_NEXT_HINT)
+    return cause, frac, messages
 
 
 def evidence(trace: Trace, start_ns: int, end_ns: int, nxt: int, limit: int = 8) -> list[int]:

@@ -96,7 +96,7 @@ def analyse_gaps(
     ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
     ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
     """
-    from analysis.causes import evidence, explain, next_ops
+    from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, classify, evidence, next_ops
     from analysis.critical_path import critical_path
     from loaders.model import TraceError
 
@@ -108,26 +108,67 @@ def analyse_gaps(
         windows = [window]
     out: list[Gap] = []
     for win in windows:
-        gaps = blank_regions(trace, device, win, min_ns)
-        if not gaps:
+        devs, starts, ends = _region_arrays(trace, device, win, min_ns)
+        if starts.size == 0:
             continue
         path = critical_path(trace, win)
-        starts = np.asarray([g.start_ns for g in gaps], np.int64)
-        ends = np.asarray([g.end_ns for g in gaps], np.int64)
         host = path.time_in(starts, ends)
-        nxt = np.full(len(gaps), -1, np.int64)
-        devs = np.asarray([g.device for g in gaps])
+        nxt = np.full(starts.size, -1, np.int64)
         for dev in np.unique(devs).tolist():
             m = devs == dev
             nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
-        for g, h, (cause, shares, msg) in zip(gaps, host, explain(trace, starts, ends, nxt), strict=True):
-            g.on_critical_path = bool(h >= ON_PATH_SHARE * g.dur_ns) and cause != "unknown"
-            g.cause, g.shares, g.message = cause, shares, msg
+        cause, frac, message = classify(trace, starts, ends, nxt)
+        on = (host >= ON_PATH_SHARE * (ends - starts)) & (cause < UNKNOWN)
+        unknown = {"unknown": 1.0}
+        gaps = [
+            Gap(
+                d,
+                s,
+                e,
+                o,
+                CAUSE_NAMES[c],
+                dict(zip(CLASS_ORDER, r, strict=True)) if c < UNKNOWN else dict(unknown),
+                [],
+                m,
+            )
+            for d, s, e, o, c, r, m in zip(
+                devs.tolist(),
+                starts.tolist(),
+                ends.tolist(),
+                on.tolist(),
+                cause.tolist(),
+                frac.tolist(),
+                message,
+                strict=True,
+            )
+        ]
         for k in np.argsort(-(ends - starts), kind="stable")[:evidence_top].tolist():
             gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(nxt[k]))
         out.extend(gaps)
-    out.sort(key=lambda g: (g.start_ns, g.device))
+    if len(windows) > 1:
+        out.sort(key=lambda g: (g.start_ns, g.device))
     return out
+
+
+def _region_arrays(
+    trace: Trace, device: int | None, window: tuple[int, int] | None, min_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device, start, end) of blank regions in (start, device) order, without building objects."""
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
+    parts = []
+    for dev in devices:
+        busy = device_busy(trace, dev)
+        w0, w1 = window if window is not None else gpu_window(trace, dev)
+        s, e = complement(busy, w0, w1)
+        keep = (e - s) >= min_ns
+        parts.append((np.full(int(keep.sum()), dev, np.int64), s[keep], e[keep]))
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    d = np.concatenate([p[0] for p in parts])
+    s = np.concatenate([p[1] for p in parts]).astype(np.int64)
+    e = np.concatenate([p[2] for p in parts]).astype(np.int64)
+    order = np.lexsort((d, s))
+    return d[order], s[order], e[order]
 
 
 def largest(gaps: list[Gap]) -> list[Gap]:

@@ -82,12 +82,17 @@ def copies(trace: Trace) -> np.ndarray:
 
 def step_of(trace: Trace, idx: np.ndarray, st: Steps) -> np.ndarray:
     """Step number of each GPU op, by when its launch call started (else when it started); -1 outside."""
-    t = np.where(trace.launch[idx] >= 0, trace.start_ns[np.maximum(trace.launch[idx], 0)], trace.start_ns[idx])
-    use_host = trace.launch[idx] >= 0
+    launched = trace.launch[idx] >= 0
+    t = np.where(launched, trace.start_ns[np.maximum(trace.launch[idx], 0)], trace.start_ns[idx])
     out = np.full(idx.size, -1, dtype=np.int64)
-    for k, ((h0, h1), (g0, g1)) in enumerate(zip(st.host_spans, st.spans, strict=True)):
-        inside = np.where(use_host, (t >= h0) & (t < h1), (t >= g0) & (t < g1))
-        out[inside & (out < 0)] = k
+    for spans, use in ((st.host_spans, launched), (st.spans, ~launched)):
+        lo = np.asarray([a for a, _ in spans], np.int64)
+        hi = np.asarray([b for _, b in spans], np.int64)
+        order = np.argsort(lo, kind="stable")
+        lo, hi = lo[order], hi[order]
+        k = np.searchsorted(lo, t, "right") - 1
+        ok = use & (k >= 0) & (t < hi[np.maximum(k, 0)])
+        out[ok] = order[k[ok]]
     return out
 
 

@@ -203,14 +203,21 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     dur = trace.end_ns[idx] - trace.start_ns[idx]
     out = []
     n_steps = max(len(st.spans), 1)
+    # Copies of one direction and size form a group; a group seen in every step repeats.
+    group = np.unique(np.stack((trace.kind[idx].astype(np.int64), trace.bytes[idx])), axis=1, return_inverse=True)[1]
+    group = np.asarray(group).reshape(-1)
+    n_groups = int(group.max()) + 1
+    seen = np.zeros((n_groups, n_steps + 1), dtype=bool)
+    seen[group, np.where(k >= 0, k, n_steps)] = True
+    every_group = seen[:, :n_steps].all(axis=1) & bool(st.family)
+    on_group = np.bincount(group, weights=on, minlength=n_groups)
     for j in np.flatnonzero(on > 0).tolist():
         i = int(idx[j])
         direction = "HtoD" if trace.kind[i] == int(Kind.MEMCPY_HTOD) else "DtoH"
         row = rows.get(direction, {})
-        same = (trace.kind[idx] == trace.kind[i]) & (trace.bytes[idx] == trace.bytes[i])
-        every = bool(st.family) and np.unique(k[same & (k >= 0)]).size == len(st.spans)
+        every = bool(every_group[group[j]])
         # Small copies count when, repeated every step, their on-path time adds up.
-        if on[j] < limit and not (every and on[same].sum() / n_steps >= limit):
+        if on[j] < limit and not (every and on_group[group[j]] / n_steps >= limit):
             continue
         name = trace.name(i)
         ev = [i] + ([int(a[j])] if a[j] >= 0 else [])
