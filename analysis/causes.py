@@ -32,6 +32,10 @@ CAUSE_NAMES = (*CLASS_ORDER, "unknown")
 UNKNOWN = len(CLASS_ORDER)
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
+QUEUED_HINT = (
+    "the next GPU op was queued before the gap began: the device waited on a dependency the trace "
+    "does not record (an event or stream wait, a graph node, another process), not on this thread"
+)
 
 
 @dataclass
@@ -138,6 +142,11 @@ def classify(
     frac = np.round(split / dur[:, None], 4)
     cause = np.where(known, np.argmax(split, axis=1), UNKNOWN).astype(np.int8)
     messages = [""] * starts.size
+    # Queued before the gap: the launching thread is not what the device waited for.
+    a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
+    queued = known & (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= starts)
+    for i in np.flatnonzero(queued).tolist():
+        messages[i] = QUEUED_HINT
     if not known.all():
         cpu = has_cpu_side(trace)
         for i in np.flatnonzero(~known).tolist():

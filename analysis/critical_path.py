@@ -6,7 +6,8 @@ Edges (DESIGN.md § Definitions):
   launch  API call -> the GPU op it queued (correlation id, ``trace.launch``)
   sync    GPU op end -> end of the blocking call that waited on it (synchronize
           calls; copy calls that returned only after their own copy finished)
-  wait    cross-stream event wait, where recorded (Kineto ``cuda_sync`` "Stream Wait Event")
+  wait    cross-stream event wait, where recorded (Kineto ``cuda_sync`` "Stream Wait Event");
+          a segment of kind ``wait`` also marks a long stream-order delay nothing recorded explains
 
 A trace is a realised schedule: every node began when its last predecessor arrived.
 Following the last arrival backwards from the latest GPU op in the window walks the
@@ -296,12 +297,17 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Critic
     empty = np.empty(0, np.int64)
     if gr.gpu.size == 0 or w1 <= w0:
         return CriticalPath((w0, w1), empty, empty, empty, empty.astype(np.int8), empty)
+    # The sink: of the ops running in the window, the one that ends last (clipped later).
     ends = trace.end_ns[gr.gpu]
-    inside = (ends <= w1) & (ends > w0)
+    inside = (trace.start_ns[gr.gpu] < w1) & (ends > w0)
     if not inside.any():
         return CriticalPath((w0, w1), empty, empty, empty, empty.astype(np.int8), empty)
     cand = gr.gpu[inside]
     sink = int(cand[np.argmax(trace.end_ns[cand])])
+    later = gr.gpu[trace.start_ns[gr.gpu] >= w1]
+    if trace.end_ns[sink] < w1 and later.size:
+        # The window ends in a blank region: follow the chain into the op that ends it.
+        sink = int(later[np.argmin(trace.start_ns[later])])
     nodes = _walk(gr, sink, w0)
     return _segments(trace, gr, nodes, w0, w1)
 
@@ -345,8 +351,11 @@ def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> C
     op_s, op_e = start[ev], end[ev]
     # Every GPU op on the path ran on the device.
     add(is_gpu, op_s, op_e, SEG_DEVICE, ev)
-    # Stream order: device-side latency between two ops; recorded waits likewise.
-    add(is_gpu & (et == STREAM), u_t, op_s, SEG_DEVICE, ev)
+    # Stream order: device-side latency between two ops. A long one means the op waited
+    # on a dependency the trace does not record (graph node, other process, unrecorded event).
+    lat_long = (op_s - u_t) > QUEUE_AS_LAUNCH_NS
+    add(is_gpu & (et == STREAM) & ~lat_long, u_t, op_s, SEG_DEVICE, ev)
+    add(is_gpu & (et == STREAM) & lat_long, u_t, op_s, SEG_WAIT, ev)
     add(is_gpu & (et == WAIT), u_t, op_s, SEG_WAIT, ev)
     # Launch: the call until it returned, then the queue until the op started.
     call = np.maximum(uu - n, 0)
