@@ -66,7 +66,8 @@ def steps(trace: Trace, found: list[Phase] | None = None) -> Steps:
             best = (key[0], key[1], prefix, members)
     if best is None:
         w0, w1 = gpu_window(trace)
-        return Steps("", [(w0, w1)], [(w0, w1)], ["whole trace"])
+        h0, h1 = (int(trace.start_ns.min()), int(trace.end_ns.max())) if len(trace) else (w0, w1)
+        return Steps("", [(w0, w1)], [(h0, h1)], ["whole trace"])
     members = best[3]
     return Steps(
         best[2],
