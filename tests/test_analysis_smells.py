@@ -72,7 +72,8 @@ def test_host_island_threshold_scales_with_the_step():
         t = 0
         for k in range(3):
             b.phase(t, t + 10 * MS + island_ns, f"step {k}")
-            b.launch(t + US, t + 5 * US, t + 6 * US, t + 10 * MS)  # after the phase opens
+            b.call(t + US, t + 2 * US, "cudaEventRecord")  # the phase's marker, as torch records it
+            b.launch(t + 3 * US, t + 5 * US, t + 6 * US, t + 10 * MS)
             b.call(t + 10 * US, t + 10 * MS + 2 * US, "cudaStreamSynchronize")
             # A small op right after the sync, so the island is not the sync's own drain.
             b.launch(t + 10 * MS + 3 * US, t + 10 * MS + 8 * US, t + 10 * MS + 9 * US, t + 10 * MS + 20 * US)
