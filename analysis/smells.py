@@ -12,7 +12,9 @@ so a healthy dense region never crosses them:
   host_island   a blank region on the critical path, caused by ``host`` work, at least
                 ``ISLAND_STEP_SHARE`` of a step and ``ISLAND_MIN_NS`` long.
   copy_on_path  a host<->device copy whose op or call lies on the critical path for at
-                least ``COPY_STEP_SHARE`` of a step (or that long and repeated every step).
+                least ``COPY_STEP_SHARE`` of a step (or that long per step, summed over a
+                copy repeated every step); copies launched outside every marked phase
+                (model loading) are set-up, not a smell.
   sync_cliff    a blocking call on the critical path (the host waited for the device),
                 then a blank region starting when the awaited op ended, at least
                 max(``CLIFF_MIN_NS``, ``CLIFF_STEP_SHARE`` of a step) long; cliffs closer
@@ -26,9 +28,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.busy import BusySpans, gpu_work
-from analysis.critical_path import LAUNCH, SEG_DEVICE, SEG_LAUNCH, SEG_SYNC, CriticalPath, critical_path, graph
+from analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
 from analysis.gaps import Gap, analyse_gaps
 from analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps
+from analysis.phases import phases
 from analysis.units import fmt_bytes, fmt_ns
 from loaders.model import Kind, Trace
 
@@ -193,10 +196,27 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
         return []
     seg_len = path.seg_end_ns - path.seg_start_ns
     on_dev = np.bincount(path.seg_event[path.seg_kind == SEG_DEVICE], seg_len[path.seg_kind == SEG_DEVICE], len(trace))
-    host_kinds = (path.seg_kind == SEG_LAUNCH) | (path.seg_kind == SEG_SYNC)
-    on_call = np.bincount(path.seg_event[host_kinds], seg_len[host_kinds], len(trace))
     a = trace.launch[idx]
-    on = on_dev[idx] + np.where(a >= 0, on_call[np.maximum(a, 0)], 0)
+    # Host-side path time inside the copy call, on the call's own thread: a pageable copy
+    # keeps its thread staging chunks, so the path runs through the call, not the op.
+    on_call = np.zeros(idx.size, dtype=np.int64)
+    host_side = path.host_side()
+    seg_thread = _thread_of(trace, path.seg_event)
+    call_thread = _thread_of(trace, a)
+    for th in np.unique(call_thread[a >= 0]).tolist():
+        m = (a >= 0) & (call_thread == th)
+        c = a[m]
+        on_call[m] = path.time_in(trace.start_ns[c], trace.end_ns[c], host_side & (seg_thread == th))
+    on = on_dev[idx] + on_call
+    # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
+    # set-up cost, not a transfer between a request and its next kernel.
+    spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
+    if spans:
+        t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
+        inside = np.zeros(idx.size, dtype=bool)
+        for h0, h1 in spans:
+            inside |= (t >= h0) & (t < h1)
+        on = np.where(inside, on, 0)
     rows = {r["direction"]: r for r in memory_rows(trace, st)}
     k = step_of(trace, idx, st)
     limit = COPY_STEP_SHARE * step_ns
@@ -294,3 +314,13 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
             f"waited {fmt_ns(n['idle_after_ns'])} for the host"
         )
     return out
+
+
+def _thread_of(trace: Trace, events: np.ndarray) -> np.ndarray:
+    """A dense code per (pid, tid) of each host event (-1 for GPU events or -1 indices)."""
+    codes: dict[tuple[int, int], int] = {}
+    lane_code = np.asarray(
+        [codes.setdefault((ln.pid, ln.tid), len(codes)) if ln.pid >= 0 else -1 for ln in trace.lanes], dtype=np.int64
+    )
+    ev = np.asarray(events, dtype=np.int64)
+    return np.where(ev >= 0, lane_code[trace.lane[np.maximum(ev, 0)]], -1)
