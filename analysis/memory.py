@@ -13,6 +13,7 @@ move almost nothing across the bus; a copy that repeats every step is a lever.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,9 +46,22 @@ class Steps:
         return int(np.median(d)) if d else 0
 
 
+_CACHE: dict[int, tuple[weakref.ref, list[Phase]]] = {}
+
+
+def trace_phases(trace: Trace) -> list[Phase]:
+    """``phases(trace)``, computed once while the trace lives (do not modify the list)."""
+    hit = _CACHE.get(id(trace))
+    if hit is not None and hit[0]() is trace:
+        return hit[1]
+    found = phases(trace)
+    _CACHE[id(trace)] = (weakref.ref(trace), found)
+    return found
+
+
 def steps(trace: Trace, found: list[Phase] | None = None) -> Steps:
     """The step family of a trace (see module docstring)."""
-    found = phases(trace) if found is None else found
+    found = trace_phases(trace) if found is None else found
     families: dict[tuple[str, int], list[Phase]] = {}
     for p in found:
         m = _NUMBERED.match(p.name)

@@ -20,7 +20,8 @@ import numpy as np
 
 from analysis.busy import BusySpans, gpu_work
 from analysis.critical_path import LAUNCH, STREAM, WAIT, graph
-from analysis.phases import Phase, phases
+from analysis.memory import trace_phases
+from analysis.phases import Phase
 from loaders.model import Trace
 
 BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
@@ -73,7 +74,7 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans |
 
 def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
     """One pacing row per phase (GPU span), in time order."""
-    found = phases(trace) if found is None else found
+    found = trace_phases(trace) if found is None else found
     ops = gpu_work(trace)
     busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops])
     return [pacing_row(trace, p.start_ns, p.end_ns, p.name, busy) | {"depth": p.depth} for p in found]

@@ -11,7 +11,7 @@ import os
 
 from analysis.busy import BusySpans, gpu_work
 from analysis.gaps import Gap, analyse_gaps, largest, largest_on_critical_path
-from analysis.memory import memory_rows, steps
+from analysis.memory import memory_rows, steps, trace_phases
 from analysis.pacing import pacing
 from analysis.phases import phases
 from analysis.smells import LEVERS, Finding, smells
@@ -77,7 +77,7 @@ def report_markdown(trace: Trace, notes: dict | None = None) -> str:
     """The whole protocol as Markdown; ``notes`` maps step number (1-6) to the user's answer."""
     notes = {int(k): v for k, v in (notes or {}).items() if str(k).isdigit()}
     s = summary(trace, top=5)
-    found = phases(trace)
+    found = trace_phases(trace)
     st = steps(trace, found)
     gaps = analyse_gaps(trace)
     findings = smells(trace, gaps, st)

@@ -30,8 +30,7 @@ import numpy as np
 from analysis.busy import BusySpans, gpu_work
 from analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
 from analysis.gaps import Gap, analyse_gaps
-from analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps
-from analysis.phases import phases
+from analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps, trace_phases
 from analysis.units import fmt_bytes, fmt_ns
 from loaders.model import Kind, Trace
 
@@ -210,7 +209,7 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     on = on_dev[idx] + on_call
     # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
     # set-up cost, not a transfer between a request and its next kernel.
-    spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
+    spans = [(p.host_start_ns, p.host_end_ns) for p in trace_phases(trace)]
     if spans:
         t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
         inside = np.zeros(idx.size, dtype=bool)
