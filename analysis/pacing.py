@@ -37,7 +37,8 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans |
     sel = ops[m]
     row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size)}
     dur = max(t1 - t0, 1)
-    row["busy_pct"] = round(100.0 * busy.busy_in(t0, t1) / dur, 2)
+    busy_ns = busy.busy_in(t0, t1) if busy.start.size else 0  # no GPU work at all: nothing is busy
+    row["busy_pct"] = round(100.0 * busy_ns / dur, 2)
     if sel.size == 0:
         row.update({"verdict": "idle", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row

@@ -19,6 +19,7 @@ from analysis.summary import summary
 from analysis.units import fmt_bytes, fmt_ns
 from loaders.model import Trace
 
+NO_GPU_HINT = "Capture the device side too: torch.profiler with ProfilerActivity.CUDA, or nsys --trace=cuda,nvtx,osrt."
 CAUSE_TO_SMELL = {"host": "host_island", "sync": "sync_cliff", "copy": "copy_on_path", "launch": "picket_fence"}
 STEP_TITLES = {
     1: "Name the workload",
@@ -135,6 +136,12 @@ def report_markdown(trace: Trace, notes: dict | None = None) -> str:
     else:
         lines = ["The trace has no annotation ranges; mark phases with NVTX or `torch.profiler.record_function`."]
     section(2, lines)
+
+    if ops.size == 0:
+        section(3, ["The trace holds no GPU activity: nothing ran on a device. " + NO_GPU_HINT])
+        for k in (4, 5, 6):
+            section(k, ["Nothing to look at without GPU activity."])
+        return "\n".join(out).rstrip() + "\n"
 
     # 3 -- zoom out
     g = s["gpu"]

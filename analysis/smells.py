@@ -7,10 +7,12 @@ so a healthy dense region never crosses them:
   picket_fence  runs of at least ``FENCE_MIN_OPS`` kernels, each started by its launch
                 call (not by the previous op) and shorter than that call, with at
                 most ``FENCE_TOLERANCE`` other ops in between, no pause longer than a
-                host island, inside one step; the device is busy less than half the run.
+                host island, inside one step; the device is busy less than half the run
+                and such kernels are at least ``FENCE_MIN_SHARE`` of the run's ops.
                 Device-paced ops (graph replays, queued GEMMs) never qualify.
   host_island   a blank region on the critical path, caused by ``host`` work, at least
-                ``ISLAND_STEP_SHARE`` of a step and ``ISLAND_MIN_NS`` long.
+                ``ISLAND_STEP_SHARE`` of a step and ``ISLAND_MIN_NS`` long, and (when the
+                trace marks phases) at least half inside one: start-up is not a smell.
   copy_on_path  a host<->device copy whose op or call lies on the critical path for at
                 least ``COPY_STEP_SHARE`` of a step (or that long per step, summed over a
                 copy repeated every step); copies launched outside every marked phase
@@ -18,7 +20,8 @@ so a healthy dense region never crosses them:
   sync_cliff    a blocking call on the critical path (the host waited for the device),
                 then a blank region starting when the awaited op ended, at least
                 max(``CLIFF_MIN_NS``, ``CLIFF_STEP_SHARE`` of a step) long; cliffs closer
-                than max(``CLIFF_MERGE_NS``, ``CLIFF_MERGE_SHARE`` of a step) merge.
+                than max(``CLIFF_MERGE_NS``, ``CLIFF_MERGE_SHARE`` of a step) merge; with
+                phases marked, a cliff must lie at least half inside one.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from loaders.model import Kind, Trace
 FENCE_MIN_OPS = 32
 FENCE_TOLERANCE = 3
 FENCE_MAX_BUSY = 0.5
+FENCE_MIN_SHARE = 0.9
 ISLAND_STEP_SHARE = 0.05
-ISLAND_MIN_NS = 100_000
+ISLAND_MIN_NS = 250_000
 COPY_STEP_SHARE = 0.01
 CLIFF_MIN_NS = 50_000
 CLIFF_STEP_SHARE = 0.001
@@ -135,7 +139,9 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
             run = f_ops[lo:hi]
             t0, t1 = int(trace.start_ns[run[0]]), int(trace.end_ns[run].max())
             share = busy.busy_in(t0, t1) / max(t1 - t0, 1)
-            if share >= FENCE_MAX_BUSY:
+            # Mostly idle, and nearly every op in the run is a short launch-bound one
+            # (a prefill mixing GEMMs with small ops is launch-heavy, not a fence).
+            if share >= FENCE_MAX_BUSY or (hi - lo) < FENCE_MIN_SHARE * (pos[hi - 1] - pos[lo] + 1):
                 continue
             k_med = int(np.median(dur[pos[lo:hi]]))
             c_med = int(np.median(call[pos[lo:hi]]))
@@ -166,6 +172,8 @@ def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
     out = []
     for g in gaps:
         if not (g.on_critical_path and g.cause == "host" and g.dur_ns >= limit):
+            continue
+        if not in_phases(trace, g.start_ns, g.end_ns):
             continue
         ev = g.evidence
         if not ev:
@@ -305,6 +313,7 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
         else:
             numbers = {"syncs": 1, "blocked_ns": block, "idle_after_ns": idle, "_gap_starts": [gaps[k].start_ns]}
             out.append(Finding("sync_cliff", t0, t1, dev, [c, w], "", numbers))
+    out = [f for f in out if in_phases(trace, f.start_ns, f.end_ns)]
     for f in out:
         n = f.numbers
         first = f.evidence[0]
@@ -323,3 +332,19 @@ def _thread_of(trace: Trace, events: np.ndarray) -> np.ndarray:
     )
     ev = np.asarray(events, dtype=np.int64)
     return np.where(ev >= 0, lane_code[trace.lane[np.maximum(ev, 0)]], -1)
+
+
+def in_phases(trace: Trace, t0: int, t1: int) -> bool:
+    """True when no phase is marked, or half of [t0, t1) lies in one phase's host or GPU span.
+
+    Start-up outside every marked phase (imports, model loading) is set-up, not a smell.
+    """
+    found = trace_phases(trace)
+    if not found:
+        return True
+    half = (t1 - t0) / 2
+    return any(
+        min(b, t1) - max(a, t0) >= half
+        for p in found
+        for a, b in ((p.start_ns, p.end_ns), (p.host_start_ns, p.host_end_ns))
+    )
