@@ -196,7 +196,11 @@ def report_markdown(trace: Trace, notes: dict | None = None) -> str:
     section(5, lines)
 
     # 6 -- one experiment
-    section(6, [experiment(hot, findings)])
+    biggest = largest(gaps)[:1]
+    if hot is None and biggest and biggest[0].cause == "unknown":
+        section(6, [f"Collect a better trace first: {biggest[0].message}."])
+    else:
+        section(6, [experiment(hot, findings)])
 
     if findings:
         out += ["## Smells", "", "| smell | where | size | finding |", "|---|---|---|---|"]

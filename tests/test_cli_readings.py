@@ -98,3 +98,21 @@ def test_report_quotes_saved_answers():
 def test_missing_file_exits_2(capsys, tmp_path, command):
     rc, _, err = run(capsys, command, str(tmp_path / "nope.json.gz"))
     assert rc == 2 and err.startswith("gaplens: ")
+
+
+def test_report_on_traces_missing_a_side():
+    from analysis.report import report_markdown
+    from loaders.events import EventColumns
+    from loaders.model import Device, Kind, LaneKind, Meta
+
+    gpu_only = EventColumns()
+    for k, (s, e) in enumerate([(0, 100), (300, 400)]):
+        gpu_only.add((LaneKind.STREAM, 0, 7), s, e, f"k{k}", Kind.KERNEL, k)
+    text = report_markdown(gpu_only.finish(Meta("nsys", path="g.sqlite", devices=[Device(0, "GPU")]), None))
+    assert "Collect a better trace first" in text.split("## 6.")[1]
+    assert "nsys --trace=cuda,nvtx,osrt" in text
+
+    cpu_only = EventColumns()
+    cpu_only.add((LaneKind.CPU_OPS, 1, 1), 0, 100, "aten::add", Kind.CPU_OP)
+    text = report_markdown(cpu_only.finish(Meta("kineto", path="c.json"), None))
+    assert "no GPU activity" in text and "ProfilerActivity.CUDA" in text
