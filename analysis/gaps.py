@@ -4,8 +4,11 @@
     stream 13     ██            ██
     gaps             [  ]  [   ]        <- complement of the union, clipped to the window
 
-Critical-path flags and causes are filled in by ``analysis.critical_path`` and
-``analysis.causes``; this module only finds where the device waited.
+``blank_regions`` only finds where the device waited; ``analyse_gaps`` adds whether
+the critical path ran through host work during each one (``analysis.critical_path``:
+the device waited for the host when host-side path segments cover at least half
+the gap) and why (``analysis.causes``). The largest gap on the path is the one the
+viewer highlights and the report zooms into.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, device_busy, gpu_window
+from analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
 from loaders.model import Trace
 
 CAUSES = ("sync", "copy", "launch", "host", "unknown")
@@ -67,3 +70,122 @@ def complement(busy: BusySpans, w0: int, w1: int) -> tuple[np.ndarray, np.ndarra
     gap_e = np.concatenate((s, [w1]))
     keep = gap_e > gap_s
     return gap_s[keep], gap_e[keep]
+
+
+#: A gap is on the critical path when host-side path segments cover this share of it.
+ON_PATH_SHARE = 0.5
+
+
+def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
+    """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
+    from analysis.phases import phases
+
+    return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
+
+
+def analyse_gaps(
+    trace: Trace,
+    window: tuple[int, int] | None = None,
+    phase: str | None = None,
+    device: int | None = None,
+    min_ns: int = 1,
+    evidence_top: int = 100,
+) -> list[Gap]:
+    """Blank regions in time order with on-path flag, cause, shares, message; evidence for the largest.
+
+    ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
+    ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
+    """
+    from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, classify, evidence, next_ops
+    from analysis.critical_path import critical_path
+    from loaders.model import TraceError
+
+    if phase is not None:
+        windows = phase_windows(trace, phase)
+        if not windows:
+            raise TraceError(f"no phase named {phase!r} in this trace")
+    else:
+        windows = [window]
+    out: list[Gap] = []
+    for win in windows:
+        devs, starts, ends = _region_arrays(trace, device, win, min_ns)
+        if starts.size == 0:
+            continue
+        path = critical_path(trace, win)
+        host = path.time_in(starts, ends)
+        nxt = np.full(starts.size, -1, np.int64)
+        for dev in np.unique(devs).tolist():
+            m = devs == dev
+            nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
+        cause, frac, message = classify(trace, starts, ends, nxt)
+        on = (host >= ON_PATH_SHARE * (ends - starts)) & (cause < UNKNOWN)
+        names = CAUSE_NAMES
+        # A dict literal per gap is the cheapest way to hand 10^5 gaps their shares.
+        sy, co, la, ho = CLASS_ORDER
+        gaps = [
+            Gap(d, s, e, o, names[c], {sy: r0, co: r1, la: r2, ho: r3} if c < UNKNOWN else {"unknown": 1.0}, [], m)
+            for d, s, e, o, c, (r0, r1, r2, r3), m in zip(
+                devs.tolist(),
+                starts.tolist(),
+                ends.tolist(),
+                on.tolist(),
+                cause.tolist(),
+                frac.tolist(),
+                message,
+                strict=True,
+            )
+        ]
+        for k in np.argsort(-(ends - starts), kind="stable")[:evidence_top].tolist():
+            gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(nxt[k]))
+        out.extend(gaps)
+    if len(windows) > 1:
+        out.sort(key=lambda g: (g.start_ns, g.device))
+    return out
+
+
+def _region_arrays(
+    trace: Trace, device: int | None, window: tuple[int, int] | None, min_ns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(device, start, end) of blank regions in (start, device) order, without building objects."""
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
+    parts = []
+    for dev in devices:
+        busy = device_busy(trace, dev)
+        w0, w1 = window if window is not None else gpu_window(trace, dev)
+        s, e = complement(busy, w0, w1)
+        keep = (e - s) >= min_ns
+        parts.append((np.full(int(keep.sum()), dev, np.int64), s[keep], e[keep]))
+    if not parts:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
+    d = np.concatenate([p[0] for p in parts])
+    s = np.concatenate([p[1] for p in parts]).astype(np.int64)
+    e = np.concatenate([p[2] for p in parts]).astype(np.int64)
+    order = np.lexsort((d, s))
+    return d[order], s[order], e[order]
+
+
+def largest(gaps: list[Gap]) -> list[Gap]:
+    """Largest first; ties by time."""
+    return sorted(gaps, key=lambda g: (-g.dur_ns, g.start_ns))
+
+
+def largest_on_critical_path(trace_or_gaps, window: tuple[int, int] | None = None) -> Gap | None:
+    """THE highlighted region: the largest blank region on the critical path (None if no gap is on it)."""
+    gaps = trace_or_gaps if isinstance(trace_or_gaps, list) else analyse_gaps(trace_or_gaps, window)
+    on = [g for g in gaps if g.on_critical_path]
+    return largest(on)[0] if on else None
+
+
+def gap_json(g: Gap) -> dict:
+    """One gap as the `gaplens gaps --json` contract spells it."""
+    return {
+        "device": g.device,
+        "start_ns": g.start_ns,
+        "end_ns": g.end_ns,
+        "dur_ns": g.dur_ns,
+        "on_critical_path": g.on_critical_path,
+        "cause": g.cause,
+        "shares": g.shares,
+        "evidence": g.evidence,
+        "message": g.message,
+    }

@@ -92,7 +92,7 @@ def phases(trace: Trace) -> list[Phase]:
         a, b = s, e
         ln = trace.lanes[int(trace.lane[i])]
         calls = api_by_thread.get((ln.pid, ln.tid))
-        if calls is not None:
+        if calls is not None and clock.queued.size:
             starts, ends = calls
             lo, hi = np.searchsorted(starts, s, "left"), np.searchsorted(starts, e, "right")
             if hi > lo:

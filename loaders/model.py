@@ -7,6 +7,7 @@ visible window on any row is two binary searches away.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -236,52 +237,113 @@ def pack_depths(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     """Sub-row per event so that no two events on one (lane, depth) overlap.
 
     Input must be sorted by (lane, start, -end). Perfectly nested slices get their
-    nesting depth from a vectorised count; lanes where partial overlaps (float
-    rounding, PDL kernels, python vs cpu_op) break that count fall back to a stack
-    walk that puts the overlapping slice one level deeper instead of dropping it.
+    nesting depth from a vectorised count (events opened before me minus events
+    closed by my start). Partial overlaps (float rounding, PDL kernels, python vs
+    cpu_op) break that count; each such slice is pushed one level deeper, pass by
+    pass, until no row overlaps, instead of being dropped or asserted away.
     """
     n = start.size
-    depth = np.zeros(n, dtype=np.int16)
+    depth_out = np.zeros(n, dtype=np.int16)
     if n == 0:
-        return depth
-    bounds = np.flatnonzero(np.diff(lane)) + 1
-    seg_lo = np.concatenate(([0], bounds))
-    seg_hi = np.concatenate((bounds, [n]))
-    for lo, hi in zip(seg_lo.tolist(), seg_hi.tolist(), strict=True):
-        s = start[lo:hi]
-        e = end[lo:hi]
-        if hi - lo == 1 or bool(np.all(s[1:] >= np.maximum.accumulate(e)[:-1])):
-            continue  # no overlap at all: everything on depth 0
-        # Nested count: events started before me minus events ended by my start.
-        ends_sorted = np.sort(e)
-        opened = np.arange(hi - lo)
-        closed = np.searchsorted(ends_sorted, s, "right")
-        d = opened - closed
-        # Zero-length events ending exactly at my start were counted as closed; fine.
-        if _rows_clean(s, e, d):
-            depth[lo:hi] = d
-        else:
-            depth[lo:hi] = _stack_depths(s, e)
-    return depth
+        return depth_out
+    lane = np.asarray(lane, dtype=np.int64)
+    # Lanes where nothing overlaps (most GPU streams) stay on depth 0 untouched.
+    new_lane = np.empty(n, dtype=bool)
+    new_lane[0] = True
+    new_lane[1:] = lane[1:] != lane[:-1]
+    reach = _segmented_max(end, new_lane)
+    overlaps = np.zeros(n, dtype=bool)
+    overlaps[1:] = (start[1:] < reach[:-1]) & ~new_lane[1:]
+    if not overlaps.any():
+        return depth_out
+    busy_lanes = np.unique(lane[overlaps])
+    sel = np.flatnonzero(np.isin(lane, busy_lanes))
+    depth_out[sel] = _pack_nested(lane[sel], start[sel], end[sel])
+    return depth_out
 
 
-def _rows_clean(s: np.ndarray, e: np.ndarray, d: np.ndarray) -> bool:
-    if d.size and d.min() < 0:
-        return False
-    order = np.lexsort((s, d))
-    ds, ss, es = d[order], s[order], e[order]
-    same = ds[1:] == ds[:-1]
-    return not bool(np.any(same & (ss[1:] < es[:-1])))
+def _pack_nested(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    n = start.size
+    first = np.searchsorted(lane, lane, "left")  # index of each lane's first event
+    # Nested count within each lane, vectorised across lanes by sorting (lane, end).
+    end_order = np.lexsort((end, lane))
+    key_end = lane[end_order], end[end_order]
+    closed = _searchsorted2(key_end, lane, start) - first
+    depth = (np.arange(n) - first) - closed
+    depth = np.maximum(depth, 0)
+    for _ in range(256):
+        clash = _clashes(lane, depth, start, end)
+        if not clash.any():
+            return depth.astype(np.int16)
+        depth = depth + clash
+    return _stack_depths(lane, start, end)
 
 
-def _stack_depths(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+def _searchsorted2(sorted_keys: tuple[np.ndarray, np.ndarray], lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """searchsorted(side='right') on (lane, value) pairs sorted lexicographically."""
+    keys_lane, keys_val = sorted_keys
+    # Shift values per lane so one global searchsorted answers every lane at once.
+    vmin = min(int(keys_val.min()), int(t.min()))
+    span = max(int(keys_val.max()), int(t.max())) - vmin + 1
+    if span * (int(lane.max()) + 1) < 2**62:
+        flat = keys_lane * span + (keys_val - vmin)
+        q = lane * span + (t - vmin)
+        return np.searchsorted(flat, q, "right")
+    lo = np.searchsorted(keys_lane, lane, "left")
+    hi = np.searchsorted(keys_lane, lane, "right")
+    out = np.empty(lane.size, dtype=np.int64)
+    for i in range(lane.size):  # astronomically wide clocks only
+        out[i] = lo[i] + np.searchsorted(keys_val[lo[i] : hi[i]], t[i], "right")
+    return out
+
+
+def _clashes(lane: np.ndarray, depth: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """1 for every event that starts before an earlier event on its (lane, depth) row ends."""
+    # Input is in (lane, start) order, so a stable sort on (lane, depth) yields rows by start.
+    order = np.argsort(lane * 65536 + depth, kind="stable")
+    row = lane[order] * 65536 + depth[order]
+    e = end[order]
+    new_row = np.empty(row.size, dtype=bool)
+    new_row[0] = True
+    new_row[1:] = row[1:] != row[:-1]
+    reach = _segmented_max(e, new_row)
+    prev_reach = np.empty_like(reach)
+    prev_reach[0] = np.iinfo(np.int64).min
+    prev_reach[1:] = reach[:-1]
+    prev_reach[new_row] = np.iinfo(np.int64).min
+    bad_sorted = start[order] < prev_reach
+    clash = np.zeros(row.size, dtype=np.int64)
+    clash[order[bad_sorted]] = 1
+    return clash
+
+
+def _segmented_max(values: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` restarted wherever ``segment_start`` is True."""
+    seg = np.cumsum(segment_start) - 1
+    lo = int(values.min())
+    span = int(values.max()) - lo + 1
+    if span * (int(seg[-1]) + 1) < 2**62:
+        shifted = (values - lo) + seg * span
+        return np.maximum.accumulate(shifted) - seg * span + lo
+    out = np.empty_like(values)
+    bounds = [*np.flatnonzero(segment_start).tolist(), values.size]
+    for a, b in itertools.pairwise(bounds):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
+def _stack_depths(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Stack walk tolerant of partial overlap: a slice that outlives its parent stays deeper."""
-    out = np.zeros(s.size, dtype=np.int16)
+    out = np.zeros(start.size, dtype=np.int16)
     stack: list[int] = []  # end times of open slices, by depth
-    for i, (si, ei) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
+    cap = np.iinfo(np.int16).max
+    prev_lane = None
+    for i, (ln, si, ei) in enumerate(zip(lane.tolist(), start.tolist(), end.tolist(), strict=True)):
+        if ln != prev_lane:
+            stack, prev_lane = [], ln
         while stack and stack[-1] <= si:
             stack.pop()
-        out[i] = min(len(stack), np.iinfo(np.int16).max)
+        out[i] = min(len(stack), cap)
         stack.append(ei)
     return out
 
@@ -311,23 +373,21 @@ def build_trace(
     end_ns = np.maximum(np.asarray(end_ns, dtype=np.int64), start_ns)
     origin = int(start_ns.min()) if n else 0
     meta.origin_ns = origin
-    order = np.lexsort((-(end_ns - start_ns), start_ns, lane))
-    lane = np.asarray(lane, dtype=np.int32)[order]
-    start_ns = start_ns[order] - origin
-    end_ns = end_ns[order] - origin
-    name_id = np.asarray(name_id, dtype=np.int32)[order]
-    kind = np.asarray(kind, dtype=np.int8)[order]
-    corr = np.asarray(corr, dtype=np.int64)[order]
-    nbytes = np.asarray(nbytes, dtype=np.int64)[order]
-    detail_id = np.asarray(detail_id, dtype=np.int32)[order]
-    scope = np.zeros(n, dtype=np.int64) if corr_scope is None else np.asarray(corr_scope, dtype=np.int64)[order]
-
-    depth = pack_depths(lane, start_ns, end_ns)
-    # Final order: (lane, depth, start) so each row is contiguous and sorted.
-    order2 = np.lexsort((start_ns, depth, lane))
-    lane, depth, start_ns, end_ns = lane[order2], depth[order2], start_ns[order2], end_ns[order2]
-    name_id, kind, corr = name_id[order2], kind[order2], corr[order2]
-    nbytes, detail_id, scope = nbytes[order2], detail_id[order2], scope[order2]
+    lane = np.asarray(lane, dtype=np.int32)
+    order = np.lexsort((start_ns - end_ns, start_ns, lane))  # parents before children
+    lane_s, start_s, end_s = lane[order], start_ns[order], end_ns[order]
+    depth = pack_depths(lane_s, start_s, end_s)
+    # Final order (lane, depth, start): each row contiguous and sorted. One gather per column.
+    order2 = np.argsort(lane_s.astype(np.int64) * 65536 + depth, kind="stable")
+    final = order[order2]
+    lane, depth = lane_s[order2], depth[order2]
+    start_ns, end_ns = start_s[order2] - origin, end_s[order2] - origin
+    name_id = np.asarray(name_id, dtype=np.int32)[final]
+    kind = np.asarray(kind, dtype=np.int8)[final]
+    corr = np.asarray(corr, dtype=np.int64)[final]
+    nbytes = np.asarray(nbytes, dtype=np.int64)[final]
+    detail_id = np.asarray(detail_id, dtype=np.int32)[final]
+    scope = np.zeros(n, dtype=np.int64) if corr_scope is None else np.asarray(corr_scope, dtype=np.int64)[final]
 
     key = lane.astype(np.int64) * 65536 + depth.astype(np.int64)
     if n:
@@ -365,22 +425,11 @@ def build_trace(
 
 
 def _running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
-    """Running max of ends, restarted at each row, without a per-event loop."""
     if end_ns.size == 0:
         return end_ns.copy()
-    # Offset each row by a large per-row constant so one global accumulate never
-    # carries a max across a row boundary.
-    rows = np.repeat(np.arange(row_offsets.size - 1), np.diff(row_offsets))
-    span = int(end_ns.max()) - int(end_ns.min()) + 1
-    base = int(end_ns.min())
-    if span * (row_offsets.size) < 2**62:
-        shifted = (end_ns - base) + rows.astype(np.int64) * span
-        return np.maximum.accumulate(shifted) - rows.astype(np.int64) * span + base
-    out = np.empty_like(end_ns)
-    for r in range(row_offsets.size - 1):
-        b, e = row_offsets[r], row_offsets[r + 1]
-        out[b:e] = np.maximum.accumulate(end_ns[b:e])
-    return out
+    first = np.zeros(end_ns.size, dtype=bool)
+    first[row_offsets[:-1]] = True
+    return _segmented_max(end_ns, first)
 
 
 def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray) -> np.ndarray:

@@ -1,0 +1,61 @@
+"""What each CUDA API call does to the host: launch work, copy, or block until the device catches up.
+
+The class comes from the call's name (runtime and driver spellings, nsys version
+suffixes such as ``cudaStreamSynchronize_v3020``), so both loaders share it.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import numpy as np
+
+from loaders.model import Kind, Trace
+
+#: Call classes, ordered so that a larger value wins when calls or ops nest.
+LAUNCH, COPY, SYNC = 1, 2, 3
+CLASS_NAMES = {LAUNCH: "launch", COPY: "copy", SYNC: "sync"}
+
+# Blocking: the host cannot return before the device has finished earlier work.
+_SYNC = re.compile(r"Synchronize|cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize", re.IGNORECASE)
+# Host<->device copies (cudaMemcpy*, cuMemcpy*, hipMemcpy*); memset is a launch, not a copy.
+_COPY = re.compile(r"memcpy", re.IGNORECASE)
+
+
+def call_class_of_name(name: str) -> int:
+    if _SYNC.search(name):
+        return SYNC
+    if _COPY.search(name):
+        return COPY
+    return LAUNCH
+
+
+_CACHE: dict[int, tuple[weakref.ref, np.ndarray]] = {}
+
+
+def api_class(trace: Trace) -> np.ndarray:
+    """Per event: the call class for CUDA API events, 0 for everything else (cached; do not modify)."""
+    hit = _CACHE.get(id(trace))
+    if hit is not None and hit[0]() is trace:
+        return hit[1]
+    out = np.zeros(len(trace), dtype=np.int8)
+    api = trace.kind == int(Kind.CUDA_API)
+    if api.any():
+        used = np.unique(trace.name_id[api])
+        table = np.zeros(len(trace.names), dtype=np.int8)
+        table[used] = [call_class_of_name(trace.names[int(i)]) for i in used]
+        out[api] = table[trace.name_id[api]]
+    _CACHE[id(trace)] = (weakref.ref(trace), out)
+    return out
+
+
+def has_cpu_side(trace: Trace) -> bool:
+    """True when the trace recorded CUDA API calls on host threads (else causes are unknown)."""
+    return bool((trace.kind == int(Kind.CUDA_API)).any())
+
+
+CAPTURE_HINT = (
+    "the trace has no CPU-side events; capture them with torch.profiler "
+    "(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or nsys --trace=cuda,nvtx,osrt"
+)

@@ -1,0 +1,386 @@
+"""The critical path: the chain of last-arriving dependencies from the window's end back to its start.
+
+Edges (DESIGN.md § Definitions):
+  host    program order on one CPU thread (host time is work: the thread was running)
+  stream  the previous op on the same stream (the one that finished last)
+  launch  API call -> the GPU op it queued (correlation id, ``trace.launch``)
+  sync    GPU op end -> end of the blocking call that waited on it (synchronize
+          calls; copy calls that returned only after their own copy finished)
+  wait    cross-stream event wait, where recorded (Kineto ``cuda_sync`` "Stream Wait Event");
+          a segment of kind ``wait`` also marks a long stream-order delay nothing recorded explains
+
+A trace is a realised schedule: every node began when its last predecessor arrived.
+Following the last arrival backwards from the latest GPU op in the window walks the
+chain with zero slack on every edge, which is the longest path of the time-ordered
+DAG. Choosing each node's last arrival is vectorised; the walk itself is one list
+lookup per node on the path.
+
+    thread  ──host──[launch]───────host────────[sync ...........]──host──[launch]
+    stream                 ╲  ███ k1 ███ k2 ███ ───sync──╯                 ╲ ███ k3
+    path    host → launch → k1 → k2 (stream) → sync → host → launch → k3
+
+Nodes: node ``i < n`` is the end of event ``i``; node ``n + a`` is the entry of API call ``a``.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.busy import gpu_work
+from analysis.calls import COPY, SYNC, api_class
+from loaders.model import Kind, Trace
+
+# Edge types (the edge *into* a node).
+SOURCE, STREAM, LAUNCH, WAIT, SYNC_EDGE, HOST = 0, 1, 2, 3, 4, 5
+EDGE_NAMES = {SOURCE: "source", STREAM: "stream", LAUNCH: "launch", WAIT: "wait", SYNC_EDGE: "sync", HOST: "host"}
+
+# Segment kinds: what the path is doing during a stretch of time.
+SEG_DEVICE, SEG_HOST, SEG_LAUNCH, SEG_QUEUE, SEG_SYNC, SEG_WAIT = 0, 1, 2, 3, 4, 5
+SEG_NAMES = {
+    SEG_DEVICE: "device",
+    SEG_HOST: "host",
+    SEG_LAUNCH: "launch",
+    SEG_QUEUE: "queue",
+    SEG_SYNC: "sync",
+    SEG_WAIT: "wait",
+}
+#: Launch-to-start latency up to this long is the launch path (host/driver overhead);
+#: longer, the op sat queued behind something the trace does not show.
+QUEUE_AS_LAUNCH_NS = 100_000
+
+_WAITS_ON = re.compile(r"waits on stream (-?\d+)")
+
+
+@dataclass
+class Graph:
+    """Each node's last-arriving predecessor, computed once per trace."""
+
+    n: int
+    pred: np.ndarray  # (2n,) node -> predecessor node, -1 at a source
+    edge: np.ndarray  # (2n,) int8 edge type into the node
+    node_t: np.ndarray  # (2n,) time of the node (end of event / start of call)
+    gpu: np.ndarray  # indices of GPU work events
+    binding: np.ndarray  # (n,) for GPU ops: edge type that set their start (else -1)
+    blocking: np.ndarray  # API calls whose end waited on a GPU op
+    awaited: np.ndarray  # for each blocking call, the GPU op it waited on
+
+
+@dataclass
+class CriticalPath:
+    """The path inside one window, as contiguous time segments."""
+
+    window: tuple[int, int]
+    nodes: np.ndarray  # node ids in time order
+    seg_start_ns: np.ndarray
+    seg_end_ns: np.ndarray
+    seg_kind: np.ndarray
+    seg_event: np.ndarray  # event index the segment belongs to (op, call or -1)
+
+    def host_side(self) -> np.ndarray:
+        """Mask of segments where the device waited on the host (host, launch, sync, short queue)."""
+        k = self.seg_kind
+        short_queue = (k == SEG_QUEUE) & ((self.seg_end_ns - self.seg_start_ns) <= QUEUE_AS_LAUNCH_NS)
+        return (k == SEG_HOST) | (k == SEG_LAUNCH) | (k == SEG_SYNC) | short_queue
+
+    def time_in(self, starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Per interval [s, e): time the path spends in the masked segments (vectorised)."""
+        m = self.host_side() if mask is None else mask
+        s, e = self.seg_start_ns[m], self.seg_end_ns[m]
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        cum = np.concatenate(([0], np.cumsum(e - s)))
+
+        def before(t: np.ndarray) -> np.ndarray:
+            k = np.searchsorted(s, t, "right")
+            last = np.maximum(k - 1, 0)
+            part = np.where(k > 0, np.clip(t - s[last], 0, (e - s)[last] if s.size else 0), 0) if s.size else 0
+            return np.where(k > 0, cum[last] + part, 0) if s.size else np.zeros_like(t)
+
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        return before(ends) - before(starts)
+
+    def events_of(self, kind: int) -> np.ndarray:
+        return np.unique(self.seg_event[(self.seg_kind == kind) & (self.seg_event >= 0)])
+
+    @property
+    def gpu_ops(self) -> np.ndarray:
+        return self.events_of(SEG_DEVICE)
+
+
+_CACHE: dict[int, tuple[weakref.ref, Graph]] = {}
+
+
+def graph(trace: Trace) -> Graph:
+    """The dependency graph of a trace (cached while the trace lives)."""
+    hit = _CACHE.get(id(trace))
+    if hit is not None and hit[0]() is trace:
+        return hit[1]
+    g = build_graph(trace)
+    _CACHE[id(trace)] = (weakref.ref(trace), g)
+    return g
+
+
+def build_graph(trace: Trace) -> Graph:
+    n = len(trace)
+    start, end = trace.start_ns, trace.end_ns
+    pred = np.full(2 * n, -1, dtype=np.int64)
+    edge = np.zeros(2 * n, dtype=np.int8)
+    node_t = np.concatenate((end, start))
+    binding = np.full(n, -1, dtype=np.int8)
+    ops = gpu_work(trace)
+    if ops.size == 0:
+        return Graph(n, pred, edge, node_t, ops, binding, np.empty(0, np.int64), np.empty(0, np.int64))
+
+    # ---- stream order: previous op on the lane that finished last ------------------
+    order = np.lexsort((start[ops], trace.lane[ops]))
+    g = ops[order]
+    lane = trace.lane[g].astype(np.int64)
+    e = end[g]
+    new_lane = np.empty(g.size, dtype=bool)
+    new_lane[0] = True
+    new_lane[1:] = lane[1:] != lane[:-1]
+    rank = np.cumsum(new_lane) - 1
+    span = int(e.max()) - int(e.min()) + 1
+    shifted = (e - int(e.min())) + rank * span  # keeps a running max from crossing lanes
+    reach = np.maximum.accumulate(shifted)
+    pos = np.maximum.accumulate(np.where(shifted == reach, np.arange(g.size), -1))
+    prev_pos = np.concatenate(([-1], pos[:-1]))
+    prev_pos[new_lane] = -1
+    prev = np.where(prev_pos >= 0, g[np.maximum(prev_pos, 0)], -1)
+    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+
+    # ---- launch: the call's end (never later than the op's start) ------------------
+    # Copy and sync calls enqueue on entry and then block, so their work arrives at the
+    # call's start; a launch call hands its op over when it returns.
+    cls = api_class(trace)
+    a = trace.launch[g]
+    a0 = np.maximum(a, 0)
+    ok_launch = (a >= 0) & (start[a0] <= start[g])
+    arrive = np.where(cls[a0] >= COPY, start[a0], np.minimum(end[a0], start[g]))
+    launch_t = np.where(ok_launch, arrive, np.iinfo(np.int64).min)
+
+    # ---- cross-stream event waits -----------------------------------------------
+    wait_src = np.full(g.size, -1, dtype=np.int64)
+    for dst, src in _event_waits(trace, ops):
+        k = np.flatnonzero(g == dst)
+        if k.size:
+            wait_src[k[0]] = src
+    wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
+
+    use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
+    use_launch = ~use_stream & ok_launch
+    use_wait = (wait_src >= 0) & (wait_t > np.maximum(prev_end, launch_t))
+    p = np.where(use_stream, prev, np.where(use_launch, a + n, -1))
+    et = np.where(use_stream, STREAM, np.where(use_launch, LAUNCH, SOURCE)).astype(np.int8)
+    p = np.where(use_wait, wait_src, p)
+    et = np.where(use_wait, WAIT, et).astype(np.int8)
+    pred[g] = p
+    edge[g] = et
+    binding[g] = et
+
+    # ---- sync: blocking calls end when the op they waited on ends -----------------
+    blocking, awaited = _blocking_calls(trace, cls, ops, binding)
+    pred[blocking] = awaited
+    edge[blocking] = SYNC_EDGE
+
+    # ---- host program order: entry of a launch call <- latest blocking exit before it
+    calls = np.unique(a[ok_launch])
+    if calls.size and blocking.size:
+        k = _latest_before(trace.lane[blocking], end[blocking], trace.lane[calls], start[calls])
+        has = k >= 0
+        pred[n + calls[has]] = blocking[k[has]]
+        edge[n + calls[has]] = HOST
+    return Graph(n, pred, edge, node_t, ops, binding, blocking, awaited)
+
+
+def _blocking_calls(
+    trace: Trace, cls: np.ndarray, ops: np.ndarray, binding: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Calls whose end was set by a GPU op: (call indices, the op each waited on).
+
+    A synchronising call waited on the latest op that finished inside it. A copy call
+    waited only when its own copy finished inside it (a pageable or synchronous copy);
+    an async copy that returns early waited on nothing.
+    """
+    start, end = trace.start_ns, trace.end_ns
+    by_end = ops[np.argsort(end[ops], kind="stable")]
+    ends_sorted = end[by_end]
+    sync_calls = np.flatnonzero(cls == SYNC)
+    k = np.searchsorted(ends_sorted, end[sync_calls], "right") - 1
+    ok = (k >= 0) & (ends_sorted[np.maximum(k, 0)] > start[sync_calls])
+    calls = [sync_calls[ok]]
+    waited = [by_end[k[ok]]]
+    # Copy calls: their own copy ends inside the call, and either queued behind earlier
+    # work or filled most of the call; a slow call around a short copy waited on nothing.
+    copy_ops = ops[(trace.launch[ops] >= 0) & (cls[np.maximum(trace.launch[ops], 0)] == COPY)]
+    c = trace.launch[copy_ops]
+    inside = (end[copy_ops] > start[c]) & (end[copy_ops] <= end[c])
+    queued = np.isin(binding[copy_ops], (STREAM, WAIT))
+    long_copy = 2 * (end[copy_ops] - start[copy_ops]) >= end[c] - start[c]
+    inside &= queued | long_copy
+    if inside.any():
+        calls.append(c[inside])
+        waited.append(copy_ops[inside])
+    call = np.concatenate(calls)
+    op = np.concatenate(waited)
+    # One awaited op per call: the latest-ending one.
+    order = np.lexsort((end[op], call))
+    call, op = call[order], op[order]
+    last = np.ones(call.size, dtype=bool)
+    last[:-1] = call[1:] != call[:-1]
+    return call[last], op[last]
+
+
+def _latest_before(group_src: np.ndarray, t_src: np.ndarray, group_q: np.ndarray, t_q: np.ndarray) -> np.ndarray:
+    """For each query, the index into src of the latest item of the same group with t_src <= t_q (-1 if none)."""
+    t_src = np.asarray(t_src, np.int64)
+    t_q = np.asarray(t_q, np.int64)
+    lo = min(int(t_src.min()), int(t_q.min()))
+    span = max(int(t_src.max()), int(t_q.max())) - lo + 1
+    key_src = group_src.astype(np.int64) * span + (t_src - lo)
+    key_q = group_q.astype(np.int64) * span + (t_q - lo)
+    order = np.argsort(key_src, kind="stable")
+    ks = key_src[order]
+    k = np.searchsorted(ks, key_q, "right") - 1
+    valid = (k >= 0) & (group_src[order[np.maximum(k, 0)]] == group_q)
+    return np.where(valid, order[np.maximum(k, 0)], -1)
+
+
+def _event_waits(trace: Trace, ops: np.ndarray) -> list[tuple[int, int]]:
+    """(waiting op, awaited op) pairs from recorded stream-wait-event rows.
+
+    Kineto's row names the stream waited on but not the waiting one, so the waiting op
+    is the first op the same thread launches afterwards on another stream of that device,
+    and the awaited op is the last op launched before the wait on the named stream.
+    """
+    sync = np.flatnonzero(trace.kind == int(Kind.SYNC))
+    if sync.size == 0:
+        return []
+    out = []
+    launched = ops[trace.launch[ops] >= 0]
+    if launched.size == 0:
+        return []
+    call_start = trace.start_ns[trace.launch[launched]]
+    order = np.argsort(call_start, kind="stable")
+    launched, call_start = launched[order], call_start[order]
+    stream_of_lane = np.asarray([ln.stream for ln in trace.lanes], dtype=np.int64)
+    op_stream = stream_of_lane[trace.lane[launched]]
+    call_lane = trace.lane[trace.launch[launched]]
+    for s in sync.tolist():
+        if "wait" not in trace.names[int(trace.name_id[s])].lower():
+            continue
+        m = _WAITS_ON.search(trace.details[int(trace.detail_id[s])])
+        w = int(trace.launch[s])
+        if m is None or w < 0:
+            continue
+        src_stream = int(m.group(1))
+        t = int(trace.start_ns[w])
+        k = int(np.searchsorted(call_start, t, "left"))
+        before = np.flatnonzero(op_stream[:k] == src_stream)
+        after = np.flatnonzero((op_stream[k:] != src_stream) & (call_lane[k:] == trace.lane[w]))
+        if before.size and after.size:
+            out.append((int(launched[k + after[0]]), int(launched[before[-1]])))
+    return out
+
+
+def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> CriticalPath:
+    """The critical path through ``window`` (default: first to last GPU activity)."""
+    from analysis.busy import gpu_window
+
+    gr = graph(trace)
+    w0, w1 = window if window is not None else gpu_window(trace)
+    empty = np.empty(0, np.int64)
+    if gr.gpu.size == 0 or w1 <= w0:
+        return CriticalPath((w0, w1), empty, empty, empty, empty.astype(np.int8), empty)
+    # The sink: of the ops running in the window, the one that ends last (clipped later).
+    ends = trace.end_ns[gr.gpu]
+    inside = (trace.start_ns[gr.gpu] < w1) & (ends > w0)
+    if not inside.any():
+        return CriticalPath((w0, w1), empty, empty, empty, empty.astype(np.int8), empty)
+    cand = gr.gpu[inside]
+    sink = int(cand[np.argmax(trace.end_ns[cand])])
+    later = gr.gpu[trace.start_ns[gr.gpu] >= w1]
+    if trace.end_ns[sink] < w1 and later.size:
+        # The window ends in a blank region: follow the chain into the op that ends it.
+        sink = int(later[np.argmin(trace.start_ns[later])])
+    nodes = _walk(gr, sink, w0)
+    return _segments(trace, gr, nodes, w0, w1)
+
+
+def _walk(gr: Graph, sink: int, w0: int) -> np.ndarray:
+    pred = gr.pred.tolist()
+    node_t = gr.node_t.tolist()
+    out = []
+    v = sink
+    limit = len(pred) + 1  # guards against a cycle from clock skew
+    while v >= 0 and limit:
+        out.append(v)
+        if node_t[v] <= w0:
+            break
+        v = pred[v]
+        limit -= 1
+    return np.asarray(out[::-1], dtype=np.int64)
+
+
+def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> CriticalPath:
+    n = gr.n
+    start, end = trace.start_ns, trace.end_ns
+    v = nodes
+    u = np.concatenate(([-1], nodes[:-1]))
+    et = gr.edge[v].astype(np.int64)
+    et[0] = SOURCE
+    is_entry = v >= n
+    ev = np.where(is_entry, v - n, v)
+    is_gpu = ~is_entry & (gr.binding[ev] >= 0)
+    is_exit = ~is_entry & ~is_gpu
+    parts_s, parts_e, parts_k, parts_ev = [], [], [], []
+
+    def add(mask: np.ndarray, s: np.ndarray, e: np.ndarray, kind: int, event: np.ndarray) -> None:
+        parts_s.append(s[mask])
+        parts_e.append(e[mask])
+        parts_k.append(np.full(int(mask.sum()), kind, np.int8))
+        parts_ev.append(event[mask])
+
+    uu = np.maximum(u, 0)
+    u_t = gr.node_t[uu]
+    op_s, op_e = start[ev], end[ev]
+    # Every GPU op on the path ran on the device.
+    add(is_gpu, op_s, op_e, SEG_DEVICE, ev)
+    # Stream order: device-side latency between two ops. A long one means the op waited
+    # on a dependency the trace does not record (graph node, other process, unrecorded event).
+    lat_long = (op_s - u_t) > QUEUE_AS_LAUNCH_NS
+    add(is_gpu & (et == STREAM) & ~lat_long, u_t, op_s, SEG_DEVICE, ev)
+    add(is_gpu & (et == STREAM) & lat_long, u_t, op_s, SEG_WAIT, ev)
+    add(is_gpu & (et == WAIT), u_t, op_s, SEG_WAIT, ev)
+    # Launch: the call until it returned, then the queue until the op started.
+    call = np.maximum(uu - n, 0)
+    call_end = np.minimum(end[call], op_s)
+    add(is_gpu & (et == LAUNCH), start[call], call_end, SEG_LAUNCH, call)
+    add(is_gpu & (et == LAUNCH), call_end, op_s, SEG_QUEUE, ev)
+    # Sync: the blocking call returned after the op it waited on ended.
+    add(is_exit & (et == SYNC_EDGE), u_t, end[ev], SEG_SYNC, ev)
+    # Host program order: from a blocking call's exit to the next launch call's entry.
+    add(is_entry & (et == HOST), u_t, start[ev], SEG_HOST, ev)
+    # The path began on the host (no earlier blocking call): host work from the window start.
+    first_host = np.zeros(v.size, dtype=bool)
+    first_host[0] = bool(is_entry[0]) or bool(is_exit[0])
+    add(first_host, np.full(v.size, w0, np.int64), np.where(is_entry, start[ev], end[ev]), SEG_HOST, ev)
+
+    s = np.clip(np.concatenate(parts_s), w0, w1)
+    e = np.clip(np.concatenate(parts_e), w0, w1)
+    k = np.concatenate(parts_k)
+    evs = np.concatenate(parts_ev)
+    keep = e > s
+    s, e, k, evs = s[keep], e[keep], k[keep], evs[keep]
+    order = np.lexsort((e, s))
+    return CriticalPath((w0, w1), nodes, s[order], e[order], k[order], evs[order])
+
+
+def binding_edges(trace: Trace) -> np.ndarray:
+    """Per event: the edge that set a GPU op's start (STREAM, LAUNCH, WAIT, SOURCE), -1 for non-GPU."""
+    return graph(trace).binding

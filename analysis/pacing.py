@@ -1,0 +1,81 @@
+"""Pacing per phase: who sets the pace, the host (CPU-bound) or the device (device-paced)?
+
+Launch lag = GPU op start − end of the call that launched it.
+
+    CPU-bound       call ▕▏   call ▕▏   call ▕▏          lag ≈ 0, gaps between ops
+                     op   █     op   █     op  █
+    device-paced    call▕▏▕▏▕▏▕▏                          lag grows, ops shoulder to shoulder
+                     op  ████████████████████
+
+The verdict uses what set each op's start on the critical-path graph: an op whose
+start waited for its launch call is host-paced, one that waited for the previous op
+on its stream is device-paced. A phase is ``cpu-bound`` when most of its ops waited
+for their launch and the device was busy less than ``BUSY_DENSE`` of the phase;
+``device-paced`` when most ops waited for the device; ``mixed`` otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.busy import BusySpans, gpu_work
+from analysis.critical_path import LAUNCH, STREAM, WAIT, graph
+from analysis.memory import trace_phases
+from analysis.phases import Phase
+from loaders.model import Trace
+
+BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
+MAJORITY = 0.5
+
+
+def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans | None = None) -> dict:
+    """Launch-lag distribution, binding shares and verdict for GPU ops starting in [t0, t1)."""
+    gr = graph(trace)
+    ops = gpu_work(trace)
+    busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops]) if busy is None else busy
+    m = (trace.start_ns[ops] >= t0) & (trace.start_ns[ops] < t1)
+    sel = ops[m]
+    row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size)}
+    dur = max(t1 - t0, 1)
+    busy_ns = busy.busy_in(t0, t1) if busy.start.size else 0  # no GPU work at all: nothing is busy
+    row["busy_pct"] = round(100.0 * busy_ns / dur, 2)
+    if sel.size == 0:
+        row.update({"verdict": "idle", "launch_bound_pct": 0.0, "lag_ns": {}})
+        return row
+    a = trace.launch[sel]
+    has = a >= 0
+    lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
+    b = gr.binding[sel]
+    launch_bound = float(np.mean(b == LAUNCH))
+    device_bound = float(np.mean(np.isin(b, (STREAM, WAIT))))
+    row["launch_bound_pct"] = round(100.0 * launch_bound, 1)
+    row["device_bound_pct"] = round(100.0 * device_bound, 1)
+    row["lag_ns"] = (
+        {
+            "p10": int(np.percentile(lag, 10)),
+            "median": int(np.median(lag)),
+            "p90": int(np.percentile(lag, 90)),
+            "max": int(lag.max()),
+        }
+        if lag.size
+        else {}
+    )
+    kd = trace.end_ns[sel] - trace.start_ns[sel]
+    row["median_op_ns"] = int(np.median(kd))
+    if not has.any():
+        row["verdict"] = "unknown"
+    elif launch_bound > MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
+        row["verdict"] = "cpu-bound"
+    elif device_bound > MAJORITY:
+        row["verdict"] = "device-paced"
+    else:
+        row["verdict"] = "mixed"
+    return row
+
+
+def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
+    """One pacing row per phase (GPU span), in time order."""
+    found = trace_phases(trace) if found is None else found
+    ops = gpu_work(trace)
+    busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops])
+    return [pacing_row(trace, p.start_ns, p.end_ns, p.name, busy) | {"depth": p.depth} for p in found]

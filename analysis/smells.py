@@ -1,0 +1,350 @@
+"""The four smells as findings with place, size, evidence and the lever to try.
+
+Every threshold scales with the trace's own step time (``analysis.memory.steps``:
+the median GPU span of the repeated step annotation, else the whole GPU window),
+so a healthy dense region never crosses them:
+
+  picket_fence  runs of at least ``FENCE_MIN_OPS`` kernels, each started by its launch
+                call (not by the previous op) and shorter than that call, with at
+                most ``FENCE_TOLERANCE`` other ops in between, no pause longer than a
+                host island, inside one step; the device is busy less than half the run
+                and such kernels are at least ``FENCE_MIN_SHARE`` of the run's ops.
+                Device-paced ops (graph replays, queued GEMMs) never qualify.
+  host_island   a blank region on the critical path, caused by ``host`` work, at least
+                ``ISLAND_STEP_SHARE`` of a step and ``ISLAND_MIN_NS`` long, and (when the
+                trace marks phases) at least half inside one: start-up is not a smell.
+  copy_on_path  a host<->device copy whose op or call lies on the critical path for at
+                least ``COPY_STEP_SHARE`` of a step (or that long per step, summed over a
+                copy repeated every step); copies launched outside every marked phase
+                (model loading) are set-up, not a smell.
+  sync_cliff    a blocking call on the critical path (the host waited for the device),
+                then a blank region starting when the awaited op ended, at least
+                max(``CLIFF_MIN_NS``, ``CLIFF_STEP_SHARE`` of a step) long; cliffs closer
+                than max(``CLIFF_MERGE_NS``, ``CLIFF_MERGE_SHARE`` of a step) merge; with
+                phases marked, a cliff must lie at least half inside one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.busy import BusySpans, gpu_work
+from analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
+from analysis.gaps import Gap, analyse_gaps
+from analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps, trace_phases
+from analysis.units import fmt_bytes, fmt_ns
+from loaders.model import Kind, Trace
+
+FENCE_MIN_OPS = 32
+FENCE_TOLERANCE = 3
+FENCE_MAX_BUSY = 0.5
+FENCE_MIN_SHARE = 0.9
+ISLAND_STEP_SHARE = 0.05
+ISLAND_MIN_NS = 250_000
+COPY_STEP_SHARE = 0.01
+CLIFF_MIN_NS = 50_000
+CLIFF_STEP_SHARE = 0.001
+CLIFF_MERGE_NS = 1_000_000
+CLIFF_MERGE_SHARE = 0.02
+
+KINDS = ("picket_fence", "host_island", "copy_on_path", "sync_cliff")
+LEVERS = {
+    "picket_fence": "fuse kernels or batch more work per launch: torch.compile, CUDA graphs, "
+    "larger batches, fewer Python-loop iterations, a batching scheduler",
+    "host_island": "move the CPU work off the request path: preprocess ahead, parallelise it, "
+    "cache tokenisation, stop per-token logging, remove the sync that makes the host wait",
+    "copy_on_path": "keep tensors on the device, copy from pinned memory with non_blocking=True "
+    "and overlap it, remove an accidental .cpu(), .item() or NumPy conversion",
+    "sync_cliff": "remove the hidden synchronisation (.item(), printing CUDA tensors, host-side "
+    "sampling); time with CUDA events instead of synchronising",
+}
+
+
+@dataclass
+class Finding:
+    kind: str
+    start_ns: int
+    end_ns: int
+    device: int
+    evidence: list[int]
+    summary: str
+    numbers: dict = field(default_factory=dict)
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def lever(self) -> str:
+        return LEVERS[self.kind]
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "dur_ns": self.dur_ns,
+            "device": self.device,
+            "evidence": self.evidence,
+            "lever": self.lever,
+            "summary": self.summary,
+            **{k: v for k, v in self.numbers.items() if not k.startswith("_")},
+        }
+
+
+def smells(trace: Trace, gaps: list[Gap] | None = None, st: Steps | None = None) -> list[Finding]:
+    """All four smells over the default window, in time order."""
+    st = steps(trace) if st is None else st
+    step_ns = max(st.step_ns, 1)
+    gaps = analyse_gaps(trace, evidence_top=0) if gaps is None else gaps
+    path = critical_path(trace)
+    cliffs = sync_cliffs(trace, path, gaps, step_ns)
+    # A gap that is the idle half of a sync cliff is reported once, as the cliff.
+    claimed = {(f.device, s) for f in cliffs for s in f.numbers.pop("_gap_starts")}
+    islands = [f for f in host_islands(trace, gaps, step_ns) if (f.device, f.start_ns) not in claimed]
+    out = picket_fences(trace, st) + islands + copies_on_path(trace, path, st) + cliffs
+    out.sort(key=lambda f: (f.start_ns, KINDS.index(f.kind)))
+    return out
+
+
+def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
+    gr = graph(trace)
+    out: list[Finding] = []
+    island_ns = max(int(ISLAND_STEP_SHARE * st.step_ns), ISLAND_MIN_NS)
+    for dev in [d.id for d in trace.meta.devices]:
+        ops = gpu_work(trace, dev)
+        ops = ops[np.isin(trace.kind[ops], (int(Kind.KERNEL), int(Kind.MEMSET)))]
+        if ops.size < FENCE_MIN_OPS:
+            continue
+        ops = ops[np.argsort(trace.start_ns[ops], kind="stable")]
+        a = trace.launch[ops]
+        a0 = np.maximum(a, 0)
+        dur = trace.end_ns[ops] - trace.start_ns[ops]
+        call = trace.end_ns[a0] - trace.start_ns[a0]
+        flag = (a >= 0) & (gr.binding[ops] == LAUNCH) & (dur < call)
+        pos = np.flatnonzero(flag)
+        if pos.size < FENCE_MIN_OPS:
+            continue
+        f_ops = ops[pos]
+        step = step_of(trace, f_ops, st)
+        pause = trace.start_ns[f_ops][1:] - trace.end_ns[f_ops][:-1]
+        brk = (np.diff(pos) > FENCE_TOLERANCE + 1) | (step[1:] != step[:-1]) | (pause > island_ns)
+        bounds = np.concatenate(([0], np.flatnonzero(brk) + 1, [pos.size]))
+        busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops])
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            if hi - lo < FENCE_MIN_OPS:
+                continue
+            run = f_ops[lo:hi]
+            t0, t1 = int(trace.start_ns[run[0]]), int(trace.end_ns[run].max())
+            share = busy.busy_in(t0, t1) / max(t1 - t0, 1)
+            # Mostly idle, and nearly every op in the run is a short launch-bound one
+            # (a prefill mixing GEMMs with small ops is launch-heavy, not a fence).
+            if share >= FENCE_MAX_BUSY or (hi - lo) < FENCE_MIN_SHARE * (pos[hi - 1] - pos[lo] + 1):
+                continue
+            k_med = int(np.median(dur[pos[lo:hi]]))
+            c_med = int(np.median(call[pos[lo:hi]]))
+            out.append(
+                Finding(
+                    "picket_fence",
+                    t0,
+                    t1,
+                    dev,
+                    [int(run[0]), int(a[pos[lo]]), int(run[-1])],
+                    f"{hi - lo} short kernels (median {fmt_ns(k_med)}) each waiting for its launch "
+                    f"(median call {fmt_ns(c_med)}); device busy {100 * share:.0f}% of {fmt_ns(t1 - t0)}",
+                    {
+                        "ops": hi - lo,
+                        "busy_pct": round(100 * share, 1),
+                        "median_op_ns": k_med,
+                        "median_launch_ns": c_med,
+                    },
+                )
+            )
+    return out
+
+
+def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
+    from analysis.causes import evidence, next_ops
+
+    limit = max(int(ISLAND_STEP_SHARE * step_ns), ISLAND_MIN_NS)
+    out = []
+    for g in gaps:
+        if not (g.on_critical_path and g.cause == "host" and g.dur_ns >= limit):
+            continue
+        if not in_phases(trace, g.start_ns, g.end_ns):
+            continue
+        ev = g.evidence
+        if not ev:
+            nxt = next_ops(trace, gpu_work(trace, g.device), np.asarray([g.end_ns]))
+            ev = evidence(trace, g.start_ns, g.end_ns, int(nxt[0]))
+        host = g.shares.get("host", 0.0)
+        out.append(
+            Finding(
+                "host_island",
+                g.start_ns,
+                g.end_ns,
+                g.device,
+                ev,
+                f"device idle {fmt_ns(g.dur_ns)} ({100 * g.dur_ns / step_ns:.0f}% of a step) while the host "
+                f"ran CPU work with no CUDA calls ({100 * host:.0f}% of the gap)",
+                {"host_share": host, "step_share": round(g.dur_ns / step_ns, 3)},
+            )
+        )
+    return out
+
+
+def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
+    step_ns = max(st.step_ns, 1)
+    kinds = np.asarray([int(k) for k in HOST_DEVICE], np.int8)
+    idx = np.flatnonzero(np.isin(trace.kind, kinds))
+    if idx.size == 0:
+        return []
+    seg_len = path.seg_end_ns - path.seg_start_ns
+    on_dev = np.bincount(path.seg_event[path.seg_kind == SEG_DEVICE], seg_len[path.seg_kind == SEG_DEVICE], len(trace))
+    a = trace.launch[idx]
+    # Host-side path time inside the copy call, on the call's own thread: a pageable copy
+    # keeps its thread staging chunks, so the path runs through the call, not the op.
+    on_call = np.zeros(idx.size, dtype=np.int64)
+    host_side = path.host_side()
+    seg_thread = _thread_of(trace, path.seg_event)
+    call_thread = _thread_of(trace, a)
+    for th in np.unique(call_thread[a >= 0]).tolist():
+        m = (a >= 0) & (call_thread == th)
+        c = a[m]
+        on_call[m] = path.time_in(trace.start_ns[c], trace.end_ns[c], host_side & (seg_thread == th))
+    on = on_dev[idx] + on_call
+    # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
+    # set-up cost, not a transfer between a request and its next kernel.
+    spans = [(p.host_start_ns, p.host_end_ns) for p in trace_phases(trace)]
+    if spans:
+        t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
+        inside = np.zeros(idx.size, dtype=bool)
+        for h0, h1 in spans:
+            inside |= (t >= h0) & (t < h1)
+        on = np.where(inside, on, 0)
+    rows = {r["direction"]: r for r in memory_rows(trace, st)}
+    k = step_of(trace, idx, st)
+    limit = COPY_STEP_SHARE * step_ns
+    dur = trace.end_ns[idx] - trace.start_ns[idx]
+    out = []
+    n_steps = max(len(st.spans), 1)
+    # Copies of one direction and size form a group; a group seen in every step repeats.
+    group = np.unique(np.stack((trace.kind[idx].astype(np.int64), trace.bytes[idx])), axis=1, return_inverse=True)[1]
+    group = np.asarray(group).reshape(-1)
+    n_groups = int(group.max()) + 1
+    seen = np.zeros((n_groups, n_steps + 1), dtype=bool)
+    seen[group, np.where(k >= 0, k, n_steps)] = True
+    every_group = seen[:, :n_steps].all(axis=1) & bool(st.family)
+    on_group = np.bincount(group, weights=on, minlength=n_groups)
+    for j in np.flatnonzero(on > 0).tolist():
+        i = int(idx[j])
+        direction = "HtoD" if trace.kind[i] == int(Kind.MEMCPY_HTOD) else "DtoH"
+        row = rows.get(direction, {})
+        every = bool(every_group[group[j]])
+        # Small copies count when, repeated every step, their on-path time adds up.
+        if on[j] < limit and not (every and on_group[group[j]] / n_steps >= limit):
+            continue
+        name = trace.name(i)
+        ev = [i] + ([int(a[j])] if a[j] >= 0 else [])
+        out.append(
+            Finding(
+                "copy_on_path",
+                int(min(trace.start_ns[i], trace.start_ns[a[j]] if a[j] >= 0 else trace.start_ns[i])),
+                int(trace.end_ns[i]),
+                trace.lanes[int(trace.lane[i])].device,
+                ev,
+                f"{name}: {fmt_bytes(trace.bytes[i])} in {fmt_ns(dur[j])}, {fmt_ns(on[j])} of it on the critical "
+                f"path"
+                + (
+                    f"; repeats every step ({fmt_bytes(row.get('bytes_per_step') or 0)} {direction} per step)"
+                    if every
+                    else ""
+                ),
+                {
+                    "bytes": int(trace.bytes[i]),
+                    "direction": direction,
+                    "pageable": "pageable" in name.lower(),
+                    "on_path_ns": int(on[j]),
+                    "every_step": every,
+                    "bytes_per_step": row.get("bytes_per_step"),
+                    "copies_per_step": row.get("copies_per_step"),
+                },
+            )
+        )
+    return out
+
+
+def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int) -> list[Finding]:
+    gr = graph(trace)
+    if gr.blocking.size == 0 or not gaps:
+        return []
+    on_path = np.isin(gr.blocking, path.nodes)
+    calls, waited = gr.blocking[on_path], gr.awaited[on_path]
+    order = np.argsort(trace.end_ns[waited], kind="stable")
+    calls, waited = calls[order], waited[order]
+    g_start = np.asarray([g.start_ns for g in gaps], np.int64)
+    limit = max(CLIFF_MIN_NS, int(CLIFF_STEP_SHARE * step_ns))
+    merge = max(CLIFF_MERGE_NS, int(CLIFF_MERGE_SHARE * step_ns))
+    raw: list[tuple[int, int, int, int, int, int]] = []  # (start, end, call, op, gap idx, device)
+    for c, w in zip(calls.tolist(), waited.tolist(), strict=True):
+        t = int(trace.end_ns[w])
+        k = int(np.searchsorted(g_start, t, "left"))
+        # The device drained when the awaited op ended; the gap starts then (or before the call returns).
+        while k < len(gaps) and gaps[k].start_ns <= trace.end_ns[c]:
+            g = gaps[k]
+            if g.dur_ns >= limit and g.on_critical_path:
+                raw.append((t, g.end_ns, c, w, k, g.device))
+                break
+            k += 1
+    out: list[Finding] = []
+    for t0, t1, c, w, k, dev in raw:
+        block = int(trace.end_ns[c] - trace.start_ns[c])
+        idle = gaps[k].dur_ns
+        if out and t0 - out[-1].end_ns < merge and out[-1].device == dev:
+            f = out[-1]
+            f.end_ns = max(f.end_ns, t1)
+            f.evidence += [c, w]
+            f.numbers["syncs"] += 1
+            f.numbers["blocked_ns"] += block
+            f.numbers["idle_after_ns"] += idle
+            f.numbers["_gap_starts"].append(gaps[k].start_ns)
+        else:
+            numbers = {"syncs": 1, "blocked_ns": block, "idle_after_ns": idle, "_gap_starts": [gaps[k].start_ns]}
+            out.append(Finding("sync_cliff", t0, t1, dev, [c, w], "", numbers))
+    out = [f for f in out if in_phases(trace, f.start_ns, f.end_ns)]
+    for f in out:
+        n = f.numbers
+        first = f.evidence[0]
+        f.summary = (
+            f"{trace.name(first)} ×{n['syncs']}: host blocked {fmt_ns(n['blocked_ns'])}, then the device "
+            f"waited {fmt_ns(n['idle_after_ns'])} for the host"
+        )
+    return out
+
+
+def _thread_of(trace: Trace, events: np.ndarray) -> np.ndarray:
+    """A dense code per (pid, tid) of each host event (-1 for GPU events or -1 indices)."""
+    codes: dict[tuple[int, int], int] = {}
+    lane_code = np.asarray(
+        [codes.setdefault((ln.pid, ln.tid), len(codes)) if ln.pid >= 0 else -1 for ln in trace.lanes], dtype=np.int64
+    )
+    ev = np.asarray(events, dtype=np.int64)
+    return np.where(ev >= 0, lane_code[trace.lane[np.maximum(ev, 0)]], -1)
+
+
+def in_phases(trace: Trace, t0: int, t1: int) -> bool:
+    """True when no phase is marked, or half of [t0, t1) lies in one phase's host or GPU span.
+
+    Start-up outside every marked phase (imports, model loading) is set-up, not a smell.
+    """
+    found = trace_phases(trace)
+    if not found:
+        return True
+    half = (t1 - t0) / 2
+    return any(
+        min(b, t1) - max(a, t0) >= half
+        for p in found
+        for a, b in ((p.start_ns, p.end_ns), (p.host_start_ns, p.host_end_ns))
+    )

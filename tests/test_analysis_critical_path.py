@@ -1,0 +1,214 @@
+"""Critical path and gap causes on hand-built traces: every edge kind, overlapping streams, window edges."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.calls import CAPTURE_HINT
+from analysis.critical_path import (
+    HOST,
+    LAUNCH,
+    SEG_DEVICE,
+    SEG_HOST,
+    SEG_SYNC,
+    SEG_WAIT,
+    STREAM,
+    SYNC_EDGE,
+    WAIT,
+    critical_path,
+    graph,
+)
+from analysis.gaps import analyse_gaps, blank_regions, largest_on_critical_path
+from loaders.events import EventColumns
+from loaders.model import Device, Kind, Meta
+from tests.handbuilt import Builder, stream
+
+
+def _edges(trace, path) -> list[int]:
+    return [int(graph(trace).edge[v]) for v in path.nodes]
+
+
+def _op(trace, name: str) -> int:
+    return int(np.flatnonzero(np.asarray([trace.name(i) == name for i in range(len(trace))]))[0])
+
+
+def three_kernels():
+    """launch k1; k2 queued behind k1 (stream); sync waits on k2; host work; launch k3.
+
+    thread  [A]  [B]  [S ........................]  host ...  [C]
+    stream     ███k1████████ ███k2███                             ███k3███
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.launch(20, 25, 100, 150, name="k2")
+    b.call(30, 155, "cudaStreamSynchronize")
+    b.cpu(160, 290, "tokenize_like")
+    b.launch(300, 310, 312, 400, name="k3")
+    return b.trace()
+
+
+def test_launch_stream_sync_and_host_edges_in_order():
+    tr = three_kernels()
+    path = critical_path(tr)
+    assert path.window == (12, 400)
+    n = len(tr)
+    k1, k2, k3 = _op(tr, "k1"), _op(tr, "k2"), _op(tr, "k3")
+    sync = _op(tr, "cudaStreamSynchronize")
+    # From the source: k1 (via its launch), k2 (stream), the sync exit, the launch of k3, k3.
+    assert path.nodes.tolist()[-5:] == [k1, k2, sync, n + int(tr.launch[k3]), k3]
+    assert _edges(tr, path)[-4:] == [STREAM, SYNC_EDGE, HOST, LAUNCH]
+    g = graph(tr)
+    assert g.binding[k1] == LAUNCH and g.binding[k2] == STREAM and g.binding[k3] == LAUNCH
+    assert g.blocking.tolist() == [sync] and g.awaited.tolist() == [k2]
+
+
+def test_path_segments_tile_the_window():
+    tr = three_kernels()
+    path = critical_path(tr)
+    s, e = path.seg_start_ns, path.seg_end_ns
+    assert s[0] == 12 and e[-1] == 400
+    assert np.all(s[1:] == e[:-1]), "segments are contiguous in time"
+    kinds = dict(zip(zip(s.tolist(), e.tolist(), strict=True), path.seg_kind.tolist(), strict=True))
+    assert kinds[(150, 155)] == SEG_SYNC
+    assert kinds[(155, 300)] == SEG_HOST
+    assert kinds[(100, 150)] == SEG_DEVICE
+
+
+def test_gap_after_sync_is_on_path_and_split_by_thread_time():
+    tr = three_kernels()
+    gaps = analyse_gaps(tr)
+    assert [(g.start_ns, g.end_ns) for g in gaps] == [(150, 312)]
+    g = gaps[0]
+    assert g.on_critical_path
+    # 5 ns in the sync, 10 ns in the launch call, the rest host time (cpu op + untraced).
+    assert g.shares["sync"] == pytest.approx(5 / 162, abs=1e-3)
+    assert g.shares["launch"] == pytest.approx(10 / 162, abs=1e-3)
+    assert g.shares["host"] == pytest.approx(147 / 162, abs=1e-3)
+    assert sum(g.shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert g.cause == "host"
+    names = {tr.name(i) for i in g.evidence}
+    assert {"k2", "k3", "cudaLaunchKernel", "tokenize_like"} <= names
+    assert largest_on_critical_path(gaps) is g
+
+
+def test_cpu_op_takes_the_class_of_the_calls_it_makes():
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.cpu(150, 400, "aten::item")  # encloses the copy and the sync: the whole op is sync time
+    c = b.call(160, 170, "cudaMemcpyAsync")
+    b.op(c, 171, 175, kind=Kind.MEMCPY_DTOH, name="Memcpy DtoH")
+    b.call(172, 390, "cudaStreamSynchronize")
+    b.launch(500, 510, 512, 600, name="k2")
+    tr = b.trace()
+    gaps = analyse_gaps(tr)
+    big = max(gaps, key=lambda g: g.dur_ns)
+    assert (big.start_ns, big.end_ns) == (175, 512)
+    assert big.shares["sync"] == pytest.approx((400 - 175) / 337, abs=1e-3)
+
+
+def test_synchronous_copy_is_a_sync_edge():
+    """cudaMemcpy DtoH queued behind a kernel returns when the copy is done."""
+    b = Builder()
+    b.launch(0, 10, 12, 200, name="k1")
+    c = b.call(20, 240, "cudaMemcpy")
+    b.op(c, 200, 230, kind=Kind.MEMCPY_DTOH, name="Memcpy DtoH", nbytes=4)
+    b.launch(400, 410, 412, 500, name="k2")
+    tr = b.trace()
+    g = graph(tr)
+    copy_call = _op(tr, "cudaMemcpy")
+    copy = _op(tr, "Memcpy DtoH")
+    assert g.blocking.tolist() == [copy_call] and g.awaited.tolist() == [copy]
+    assert g.binding[copy] == STREAM  # arrived with the call's start, then queued behind k1
+    path = critical_path(tr)
+    assert copy_call in path.nodes.tolist() and copy in path.nodes.tolist()
+    gap = analyse_gaps(tr)[0]
+    assert (gap.start_ns, gap.end_ns) == (230, 412) and gap.on_critical_path
+
+
+def test_async_copy_call_that_returns_early_is_not_blocking():
+    b = Builder()
+    b.launch(0, 10, 12, 200, name="k1")
+    c = b.call(20, 30, "cudaMemcpyAsync")
+    b.op(c, 200, 230, kind=Kind.MEMCPY_HTOD, name="Memcpy HtoD")
+    tr = b.trace()
+    assert graph(tr).blocking.size == 0
+
+
+def test_recorded_event_wait_is_a_cross_stream_edge():
+    """Stream 13 waits on stream 7's event: k2 starts when k1 ends, not when it was launched."""
+    b = Builder()
+    b.launch(0, 10, 12, 300, s=7, name="k1")
+    b.call(20, 25, "cudaEventRecord")
+    b.wait_event(30, 35, on_stream=7)
+    b.launch(40, 50, 300, 400, s=13, name="k2")
+    tr = b.trace()
+    k1, k2 = _op(tr, "k1"), _op(tr, "k2")
+    g = graph(tr)
+    assert g.binding[k2] == WAIT and g.pred[k2] == k1
+    path = critical_path(tr)
+    assert path.nodes.tolist()[-2:] == [k1, k2]
+
+
+def test_unrecorded_delay_is_not_host_time():
+    """An op launched long before it starts, on an idle device: the path waits, the host is not blamed."""
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.launch(20, 30, 1_000_000, 1_000_100, name="k2")  # queued, starts 1 ms later
+    tr = b.trace()
+    path = critical_path(tr)
+    assert SEG_WAIT in path.seg_kind.tolist() or 3 in path.seg_kind.tolist()
+    gap = analyse_gaps(tr)[0]
+    assert not gap.on_critical_path
+    assert "queued before the gap" in gap.message
+
+
+def test_overlapping_streams_are_busy_once():
+    b = Builder()
+    b.launch(0, 5, 10, 100, s=7, name="a")
+    b.launch(6, 9, 50, 150, s=13, name="b")
+    b.launch(160, 170, 200, 250, s=7, name="c")
+    tr = b.trace()
+    gaps = blank_regions(tr)
+    assert [(g.start_ns, g.end_ns) for g in gaps] == [(150, 200)]
+    assert [(g.start_ns, g.end_ns) for g in analyse_gaps(tr)] == [(150, 200)]
+
+
+def test_gaps_at_window_edges():
+    tr = three_kernels()
+    gaps = analyse_gaps(tr, window=(0, 500))
+    spans = [(g.start_ns, g.end_ns) for g in gaps]
+    assert spans == [(0, 12), (150, 312), (400, 500)]
+    head, _, tail = gaps
+    assert head.cause == "launch" and head.shares["launch"] == pytest.approx(10 / 12, abs=1e-3)
+    assert tail.cause == "unknown" and "no GPU work follows" in tail.message
+    assert not tail.on_critical_path
+    # A window that starts inside the busy stretch clips the gap list and the path.
+    inner = analyse_gaps(tr, window=(200, 350))
+    assert [(g.start_ns, g.end_ns) for g in inner] == [(200, 312)]
+    assert critical_path(tr, (200, 350)).seg_start_ns[0] == 200
+
+
+def test_trace_without_cpu_side_says_what_to_capture():
+    cols = EventColumns()
+    for k, (s, e) in enumerate([(0, 100), (300, 400), (450, 900)]):
+        cols.add(stream(7), s, e, f"k{k}", Kind.KERNEL, k)
+    tr = cols.finish(Meta("nsys", devices=[Device(0)]), None)
+    gaps = analyse_gaps(tr)
+    assert len(gaps) == 2
+    for g in gaps:
+        assert g.cause == "unknown" and g.shares == {"unknown": 1.0}
+        assert g.message == CAPTURE_HINT
+        assert "torch.profiler" in g.message and "nsys --trace=cuda,nvtx,osrt" in g.message
+        assert not g.on_critical_path
+    assert largest_on_critical_path(gaps) is None
+    # The path still runs along the stream.
+    assert critical_path(tr).nodes.size == 3
+
+
+def test_empty_and_gpu_less_traces():
+    cols = EventColumns()
+    cols.add((0, 1, 1), 0, 10, "cpu", Kind.CPU_OP)
+    tr = cols.finish(Meta("kineto"), None)
+    assert analyse_gaps(tr) == []
+    assert critical_path(tr).nodes.size == 0

@@ -1,0 +1,149 @@
+"""Readings on public Kineto traces, checked against independent computations.
+
+* Device idle: a plain-Python union of the GPU intervals read straight from the JSON.
+* Host-wait share: Holistic Trace Analysis's idle-time breakdown, re-implemented from
+  its published definition (``hta/analyzers/breakdown_analysis.py``,
+  ``_analyze_idle_time_for_stream``): per stream, sort GPU ops by start; the idle
+  interval before an op is ``start - previous end``; it is *host wait* when the op's
+  runtime call started after the previous op ended, *kernel wait* when shorter than
+  ``consecutive_kernel_delay`` (30 ns), else *other*; shares are of the summed idle.
+
+How gaplens differs, by definition (so the numbers agree only where these don't bite):
+  1. gaplens measures blank regions of the device (union over streams); HTA sums idle
+     per stream, so on multi-stream traces a stream idle while another works counts
+     for HTA and not for gaplens. The comparison below uses single-stream traces.
+  2. HTA asks whether the launch call *started* after the previous op ended; gaplens
+     asks whether the call *returned* after it (the op can only start then), so a
+     launch that began during the previous op but returned after it is host wait for
+     gaplens and "other" for HTA: gaplens' share is never meaningfully below HTA's.
+  3. gaplens also puts sync wake-ups and host work before a launch on the path, and
+     calls a gap on the path only when host-side path segments cover half of it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from analysis.busy import gpu_work
+from analysis.gaps import analyse_gaps, blank_regions
+from tests.conftest import PUBLIC, loaded
+
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
+UNION_FILES = [
+    "kineto/resnet50_2021_06.pt.trace.json.gz",
+    "hta/sampled_rank-0.json.gz",
+    "hta/nccl_data.json.gz",
+    "hta/large_216k_events.json.gz",
+    "hta/gpu_user_annotation.json.gz",
+    "hta/ns_resolution.pt.trace.json.gz",
+]
+SINGLE_STREAM = [
+    "kineto/resnet50_2021_06.pt.trace.json.gz",
+    "kineto/resnet50_2020_bare_array.pt.trace.json.gz",
+    "hta/ns_resolution.pt.trace.json.gz",
+    "hta/gpu_user_annotation.json.gz",
+]
+
+
+def public(name: str):
+    path = PUBLIC / name
+    if not path.exists():
+        pytest.skip(f"public sample {name} not available")
+    return loaded(str(path))
+
+
+def raw_gpu_intervals(name: str) -> dict[int, list[tuple[int, int]]]:
+    """Per device, [start, end) in ns as written in the file (µs floats rounded to ns)."""
+    with gzip.open(PUBLIC / name, "rt") as fh:
+        data = json.load(fh)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    out: dict[int, list[tuple[int, int]]] = {}
+    for ev in events:
+        if ev.get("ph") != "X" or str(ev.get("cat", "")).lower() not in GPU_CATS:
+            continue
+        s = round(float(ev["ts"]) * 1000)
+        out.setdefault(int(ev["pid"]), []).append((s, s + round(float(ev.get("dur", 0)) * 1000)))
+    return out
+
+
+def python_idle(intervals: list[tuple[int, int]]) -> int:
+    """Window minus the union, with a plain sweep."""
+    intervals = sorted(intervals)
+    busy, cur_s, cur_e = 0, intervals[0][0], intervals[0][1]
+    for s, e in intervals[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    return max(e for _, e in intervals) - intervals[0][0] - busy
+
+
+@pytest.mark.parametrize("name", UNION_FILES)
+def test_device_idle_matches_an_independent_union(name):
+    tr = public(name)
+    raw = raw_gpu_intervals(name)
+    assert raw, "sample has GPU work"
+    for dev, intervals in raw.items():
+        expected = python_idle(intervals)
+        got = sum(g.dur_ns for g in blank_regions(tr, device=dev))
+        # float-µs rounding: at most 1 ns per interval edge
+        assert abs(got - expected) <= 2 * len(intervals), (dev, got, expected)
+        analysed = sum(g.dur_ns for g in analyse_gaps(tr, device=dev, evidence_top=0))
+        assert analysed == got
+
+
+def hta_host_wait_share(tr, consecutive_kernel_delay: int = 30) -> float:
+    """HTA's idle-time breakdown (see module docstring), summed over streams: host-wait share."""
+    ops = gpu_work(tr)
+    host_wait = total = 0
+    for lane in np.unique(tr.lane[ops]).tolist():
+        o = ops[tr.lane[ops] == lane]
+        o = o[np.argsort(tr.start_ns[o], kind="stable")]
+        prev_end = tr.end_ns[o][:-1]
+        idle = tr.start_ns[o][1:] - prev_end
+        call = tr.launch[o][1:]
+        runtime_ts = np.where(call >= 0, tr.start_ns[np.maximum(call, 0)], np.iinfo(np.int64).min)
+        is_host = runtime_ts > prev_end
+        host_wait += int(idle[is_host].sum())
+        total += int(idle.sum())
+    return host_wait / total
+
+
+def gaplens_host_wait_share(tr) -> float:
+    gaps = analyse_gaps(tr, evidence_top=0)
+    idle = sum(g.dur_ns for g in gaps)
+    return sum(g.dur_ns for g in gaps if g.on_critical_path) / idle
+
+
+@pytest.mark.parametrize("name", SINGLE_STREAM)
+def test_host_wait_share_against_hta_definition(name):
+    tr = public(name)
+    assert np.unique(tr.lane[gpu_work(tr)]).size == 1, "comparison is per stream = per device here"
+    ours, hta = gaplens_host_wait_share(tr), hta_host_wait_share(tr)
+    assert ours >= hta - 0.02  # difference 2: gaplens judges by the call's end, HTA by its start
+    if "resnet50" in name:
+        # Training steps launched from one thread: both definitions see the same host waits.
+        assert ours == pytest.approx(hta, abs=0.05)
+
+
+def test_hta_difference_on_ns_resolution_is_launch_calls_straddling_the_previous_op():
+    """ns_resolution: gaplens 0.28 vs HTA 0.17; the extra gaps are exactly difference 2."""
+    tr = public("hta/ns_resolution.pt.trace.json.gz")
+    ops = gpu_work(tr)
+    o = ops[np.argsort(tr.start_ns[ops], kind="stable")]
+    prev_end, start = tr.end_ns[o][:-1], tr.start_ns[o][1:]
+    call = tr.launch[o][1:]
+    ok = (call >= 0) & (start > prev_end)
+    c = np.maximum(call, 0)
+    straddle = ok & (tr.start_ns[c] <= prev_end) & (np.minimum(tr.end_ns[c], start) > prev_end)
+    idle = (start - prev_end)[ok].sum()
+    explained = (start - prev_end)[straddle].sum() / idle
+    ours, hta = gaplens_host_wait_share(tr), hta_host_wait_share(tr)
+    assert ours - hta > 0.05
+    assert explained == pytest.approx(ours - hta, abs=0.03)
