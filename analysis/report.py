@@ -12,6 +12,7 @@ import os
 from analysis.busy import BusySpans, gpu_work
 from analysis.gaps import Gap, analyse_gaps, largest, largest_on_critical_path
 from analysis.memory import memory_rows, steps, trace_phases
+from analysis.notes import Notes, notes_markdown
 from analysis.pacing import pacing
 from analysis.phases import phases
 from analysis.smells import LEVERS, Finding, smells
@@ -74,8 +75,14 @@ def experiment(gap: Gap | None, findings: list[Finding]) -> str:
     )
 
 
-def report_markdown(trace: Trace, notes: dict | None = None) -> str:
-    """The whole protocol as Markdown; ``notes`` maps step number (1-6) to the user's answer."""
+def report_markdown(trace: Trace, notes: dict | Notes | None = None) -> str:
+    """The whole protocol as Markdown; ``notes`` maps step number (1-6) to the user's answer.
+
+    ``notes`` may also be the saved ``analysis.notes.Notes``: its answers are quoted under
+    their steps, and its experiment, marked phases and pinned notes close the report.
+    """
+    saved = notes if isinstance(notes, Notes) else None
+    notes = saved.answers if saved is not None else notes
     notes = {int(k): v for k, v in (notes or {}).items() if str(k).isdigit()}
     s = summary(trace, top=5)
     found = trace_phases(trace)
@@ -220,7 +227,19 @@ def report_markdown(trace: Trace, notes: dict | None = None) -> str:
             )
             out.append(f"| {r['direction']} | {r['count']:,} | {fmt_bytes(r['bytes'])} | {per} |")
         out.append("")
+    out += _saved_extras(saved)
     return "\n".join(out).rstrip() + "\n"
+
+
+def _saved_extras(saved: Notes | None) -> list[str]:
+    """The user's experiment (when not already the step-6 answer), marked phases and pinned notes."""
+    if saved is None:
+        return []
+    out = []
+    if saved.experiment and saved.experiment.strip() != saved.answers.get(6, "").strip():
+        out += ["## Your experiment", "", saved.experiment, ""]
+    md = notes_markdown(saved, answers=False)
+    return out + ([md] if md else [])
 
 
 def idle_by_cause(gaps: list[Gap]) -> dict[str, int]:

@@ -54,10 +54,14 @@ def test_eager_steps(eager: Walkthrough) -> None:
     assert "decode_step" in s4.facts[0]
     # 5: the evidence is selected and lies in or at the gap.
     assert s5.view.select
-    for i in s5.view.select:
-        assert trace.start_ns[i] < g.end_ns and trace.end_ns[i] > g.start_ns
+    for i in s5.view.select:  # the ops on either side touch it; the host work overlaps it
+        assert trace.start_ns[i] <= g.end_ns and trace.end_ns[i] >= g.start_ns
     assert any(f.startswith("evidence: ") for f in s5.facts)
-    # 6: a lever or a way to pick one, and the compare command.
+    assert s5.facts[0].startswith("cause: launch")  # eager decode is launch-bound
+    # 6: the lever of the smell at the gap, offered as the experiment, and the compare command.
+    assert s6.facts[0] == "closest smell: launch picket fence"
+    assert s6.facts[1].startswith("lever: ") and "CUDA graphs" in s6.facts[1]
+    assert s6.suggestion == s6.facts[1].removeprefix("lever: ")
     assert any("gaplens compare" in f for f in s6.facts)
     assert s6.view.highlight_ns == s4.view.highlight_ns
 
@@ -70,8 +74,12 @@ def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
     assert smells.step(3).facts[0].startswith("GPU mostly waiting: 37% busy")
     assert any(f.startswith("dense_matmul: mostly dense") for f in smells.step(3).facts)
     assert any(f.startswith("tokenize: mostly waiting: 0% busy") for f in smells.step(3).facts)
-    # The largest blank region is the largest of all blank regions when nothing else ranks them.
+    # The host island is also the largest blank region of all, and it is on the critical path.
     assert g.dur_ns == max(r.dur_ns for r in blank_regions(smells.trace))
+    assert g.on_critical_path and smells.critical_path_analysed
+    assert smells.step(5).facts[0].startswith("cause: host")
+    assert smells.step(6).facts[0] == "closest smell: host island"
+    assert "on the critical path" in s4.facts[0]
 
 
 def test_phase_rows_apply_renames_and_marks() -> None:

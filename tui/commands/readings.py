@@ -95,10 +95,12 @@ def cmd_smells(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from analysis.notes import notes_for_trace
     from analysis.report import report_markdown
 
     trace = _load(args.trace)
-    text = report_markdown(trace)
+    saved = notes_for_trace(trace, warn=lambda m: print(f"gaplens: warning: {m}", file=sys.stderr))
+    text = report_markdown(trace, notes=saved)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
