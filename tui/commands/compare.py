@@ -87,13 +87,15 @@ def render_text(r: dict) -> str:
     )
 
     g = r["gap"]
-    lines += ["", "largest blank region" + ("" if b["critical_path_analysed"] else " (critical path not analysed)")]
+    analysed = b["critical_path_analysed"]
+    lines += ["", "largest blank region on the critical path" if analysed else "largest blank region (no critical path)"]
     for side, gap in (("before", g["before"]), ("after", g["after"])):
         if gap is None:
             lines.append(f"  {side:<7} none")
             continue
         where = f" in {gap['phase']}" if gap["phase"] else ""
-        lines.append(f"  {side:<7} {fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}{where}, cause {gap['cause']}")
+        off = " (none is on the path: largest overall)" if analysed and not gap["on_critical_path"] else ""
+        lines.append(f"  {side:<7} {fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}{where}, cause {gap['cause']}{off}")
     if g.get("where") and g.get("after_ns") is not None:
         lines.append(
             _row(
