@@ -88,14 +88,16 @@ def render_text(r: dict) -> str:
 
     g = r["gap"]
     analysed = b["critical_path_analysed"]
-    lines += ["", "largest blank region on the critical path" if analysed else "largest blank region (no critical path)"]
+    title = "largest blank region on the critical path" if analysed else "largest blank region (no critical path)"
+    lines += ["", title]
     for side, gap in (("before", g["before"]), ("after", g["after"])):
         if gap is None:
             lines.append(f"  {side:<7} none")
             continue
         where = f" in {gap['phase']}" if gap["phase"] else ""
         off = " (none is on the path: largest overall)" if analysed and not gap["on_critical_path"] else ""
-        lines.append(f"  {side:<7} {fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}{where}, cause {gap['cause']}{off}")
+        size = f"{fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}"
+        lines.append(f"  {side:<7} {size}{where}, cause {gap['cause']}{off}")
     if g.get("where") and g.get("after_ns") is not None:
         lines.append(
             _row(
