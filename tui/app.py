@@ -118,7 +118,8 @@ class GaplensApp(App[int]):
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         self.error = msg.error
-        self.exit(2 if not msg.error.startswith("internal error") else 1)
+        code = 1 if msg.error.startswith("internal error") else 2
+        self.exit(code, return_code=code)
 
     def on_model_ready(self, msg: ModelReady) -> None:
         self.model = msg.model
@@ -145,8 +146,7 @@ class GaplensApp(App[int]):
     def on_selection_changed(self, msg: SelectionChanged) -> None:
         details = self.query_one(Details)
         details.show(self.timeline.model, msg.selection)
-        if msg.selection is not None:
-            details.display = True
+        details.display = msg.selection is not None
 
     def _update_header(self) -> None:
         if self.model is None:

@@ -88,9 +88,10 @@ def _describe_gap(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]
         lines.append(("critical path", "yes: the device waited for the host" if g.on_critical_path else "no"))
         lines.append(("cause", g.cause))
         if g.shares:
-            lines.append(("shares", "  ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]))))
+            ranked = sorted(g.shares.items(), key=lambda kv: -kv[1])
+            lines.append(("shares", "  ".join(f"{k} {100 * v:.0f}%" for k, v in ranked)))
         if g.evidence:
-            names = [f"{t.names[int(t.name_id[e])]} ({fmt_ns(int(t.end_ns[e] - t.start_ns[e]))})" for e in g.evidence[:4]]
+            names = [f"{t.name(e)} ({fmt_ns(int(t.end_ns[e] - t.start_ns[e]))})" for e in g.evidence[:4]]
             lines.append(("evidence", "; ".join(names)))
         if g.message:
             lines.append(("note", clean_name(g.message)))

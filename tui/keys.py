@@ -76,5 +76,7 @@ def _display(keys: str) -> str:
 
 def help_rows() -> list[tuple[str, str]]:
     """(keys, what they do) for the help screen."""
-    return [(_display(keys) if "," not in keys else " ".join(_display(k) for k in keys.split(",")), desc)
-            for keys, _, desc, _ in KEYS]
+    return [
+        (_display(keys) if "," not in keys else " ".join(_display(k) for k in keys.split(",")), desc)
+        for keys, _, desc, _ in KEYS
+    ]

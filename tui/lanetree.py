@@ -69,12 +69,12 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
                 name = next((d.name for d in meta.devices if d.id == lane.device), "")
                 key = f"gpu:{lane.device}"
                 label = clean_name(f"GPU {lane.device} {name}".strip())
-                dev = Node(key, [Row(RowKind.BUSY, label, 0, key, device=lane.device,
-                                     heads=True)])
+                dev = Node(key, [Row(RowKind.BUSY, label, 0, key, device=lane.device, heads=True)])
                 if phase_depths and not devices:
                     for d in range(phase_depths):
-                        dev.rows.append(Row(RowKind.PHASES, "phases" if d == 0 else "", 2, key, device=lane.device,
-                                            depth=d))
+                        dev.rows.append(
+                            Row(RowKind.PHASES, "phases" if d == 0 else "", 2, key, device=lane.device, depth=d)
+                        )
                 devices[lane.device] = dev
             parent = dev
             indent = 2
@@ -84,8 +84,7 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
                 pname = meta.processes.get(lane.pid, "process") if lane.pid >= 0 else "host"
                 key = f"p:{lane.pid}"
                 label = clean_name(f"{pname} {lane.pid}" if lane.pid >= 0 else pname)
-                proc = Node(key, [Row(RowKind.GROUP, label, 0, key,
-                                      heads=True)])
+                proc = Node(key, [Row(RowKind.GROUP, label, 0, key, heads=True)])
                 procs[lane.pid] = proc
                 top.append(proc)
             th = threads.get((lane.pid, lane.tid))
@@ -103,8 +102,20 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
         for d, r in enumerate(shown):
             more = len(rows) - len(shown) if d == len(shown) - 1 else 0
             label = clean_name(lane.name) if d == 0 else ""
-            node.rows.append(Row(RowKind.EVENTS, label, indent, key, trace_row=r, lane=lane.id,
-                                 device=lane.device, depth=d, more=more, heads=d == 0 and len(rows) > 1))
+            node.rows.append(
+                Row(
+                    RowKind.EVENTS,
+                    label,
+                    indent,
+                    key,
+                    trace_row=r,
+                    lane=lane.id,
+                    device=lane.device,
+                    depth=d,
+                    more=more,
+                    heads=d == 0 and len(rows) > 1,
+                )
+            )
         parent.children.append(node)
     # Devices first: "is the GPU busy?" is the first question, so its rows lead.
     return [devices[d] for d in sorted(devices)] + top

@@ -33,6 +33,8 @@ class Selection:
 class TimelineActions:
     """Actions bound in ``tui.keys``; mixed into ``Timeline``."""
 
+    _gap_floor: float | None = None
+
     # ---- zoom and pan ---------------------------------------------------------
     def action_zoom_in(self) -> None:
         self.set_viewport(self.viewport.zoom(ZOOM_STEP, self.cursor_ns))
@@ -143,8 +145,16 @@ class TimelineActions:
         ref = sel.gap.start_ns if sel is not None and sel.gap is not None else self.cursor_ns
         lo, hi = self.bounds()
         starts, ends = m.gap_arrays()
-        wide = (ends - starts) >= self.viewport.ns_per_col
-        inside = (starts >= lo) & (ends <= hi) & wide
+        inside = (starts >= lo) & (ends <= hi)
+        if not inside.any():
+            self.notify("No blank regions in this range", severity="information")
+            return
+        # Regions you could see at this zoom, but never only the few giants when zoomed out;
+        # a run of g/G keeps its first floor so stepping back returns where it came from.
+        stepping = sel is not None and sel.gap is not None and self._gap_floor is not None
+        if not stepping:
+            self._gap_floor = min(self.viewport.ns_per_col, 0.25 * float((ends - starts)[inside].max()))
+        inside &= (ends - starts) >= self._gap_floor
         cand = np.flatnonzero(inside & ((starts > ref) if direction > 0 else (starts < ref)))
         if cand.size == 0:
             self.notify("No more blank regions this way", severity="information")

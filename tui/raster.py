@@ -60,6 +60,7 @@ MATCH = 1 << 7  # a search match touches the cell
 SELECTED = 1 << 8  # the selected event covers the cell
 CURSOR = 1 << 9  # the time cursor column
 
+MIN_LABEL_CELLS = 6  # a bar shorter than this shows no name (``de…`` says nothing)
 SHADES = " ░▒▓█"
 EIGHTHS = " ▏▎▍▌▋▊▉█"  # left-aligned: index = eighths filled
 FULL = ord("█")
@@ -147,15 +148,16 @@ class RowData:
     cum: np.ndarray
     style: np.ndarray | int
     base: int = -1
+    labels: list[str] | None = None  # names of a synthetic row's intervals
 
     @classmethod
-    def of_spans(cls, start: np.ndarray, end: np.ndarray, style: int) -> RowData:
+    def of_spans(cls, start, end, style: int, labels: list[str] | None = None) -> RowData:
         """A synthetic row from sorted intervals (disjoint or nearly so)."""
         start = np.asarray(start, dtype=np.int64)
         end = np.asarray(end, dtype=np.int64)
         cum = np.concatenate(([0], np.cumsum(end - start)))
         maxend = np.maximum.accumulate(end) if end.size else end
-        return cls(start, end, maxend, cum, int(style))
+        return cls(start, end, maxend, cum, int(style), labels=labels)
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -272,7 +274,8 @@ def mark_gaps(r: Raster, gaps: RowData, largest: tuple[int, int] | None, edges: 
         a, b = largest
         left, right = edges[:-1], edges[1:]
         overlap = np.minimum(right, b) - np.maximum(left, a)
-        hit = empty & (overlap * 2 >= np.maximum(right - left, 1))
+        # The largest wins over the events sharing its cells, so it shows even zoomed out.
+        hit = (overlap * 2 >= np.maximum(right - left, 1)) | (empty & (overlap > 0))
         r.codes[hit] = GAP_LARGEST_GLYPH
         r.style[hit] = int(Style.GAP_LARGEST)
 
@@ -295,20 +298,24 @@ def mark_span(r: Raster, edges: np.ndarray, t0: int, t1: int, flag: int) -> None
 
 
 def put_labels(r: Raster, row: RowData, names: list[str], name_id: np.ndarray | None) -> None:
-    """Write each event's name inside its bar where a run of its cells leaves room."""
-    if row.base < 0 or name_id is None:
+    """Write each event's name inside its bar where a run of its cells leaves room.
+
+    Trace rows look names up through ``name_id`` (global); synthetic rows carry ``row.labels``.
+    """
+    if (row.base < 0 or name_id is None) and row.labels is None:
         return
     solid = (r.hi - r.lo == 1) & (r.codes == FULL)
-    if int(solid.sum()) < 4:
+    if int(solid.sum()) < MIN_LABEL_CELLS:
         return
     ev = np.where(solid, r.lo, -1)
     change = np.flatnonzero(np.diff(ev) != 0) + 1
     starts = np.concatenate(([0], change))
     stops = np.concatenate((change, [ev.size]))
-    keep = (ev[starts] >= 0) & (stops - starts >= 4)
+    keep = (ev[starts] >= 0) & (stops - starts >= MIN_LABEL_CELLS)
     for a, b in zip(starts[keep].tolist(), stops[keep].tolist(), strict=True):  # per run of cells
         room = b - a - 2
-        name = names[int(name_id[row.base + int(r.lo[a])])]
+        k = int(r.lo[a])
+        name = row.labels[k] if row.labels is not None else names[int(name_id[row.base + k])]
         text = _one_cell_chars(name if len(name) <= room else name[: max(room - 1, 1)] + "…")
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         r.codes[a + 1 : a + 1 + codes.size] = codes

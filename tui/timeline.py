@@ -8,6 +8,7 @@ invalidates every cached line.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from rich.segment import Segment
@@ -21,8 +22,8 @@ from textual.strip import Strip
 
 from loaders.model import LaneKind
 from tui import keys
-from tui.navigate import Selection, TimelineActions
 from tui.lanetree import Row, RowKind, gutter_label, visible_rows
+from tui.navigate import Selection, TimelineActions
 from tui.raster import (
     BASE_MASK,
     CURSOR,
@@ -43,6 +44,7 @@ from tui.raster import (
 from tui.viewmodel import TimelineModel
 from tui.viewport import Viewport
 
+_OVERLAYS = ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor"))
 _NO_GAPS = RowData.of_spans(np.empty(0, np.int64), np.empty(0, np.int64), 0)
 
 
@@ -60,7 +62,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     """Lane-tree gutter on the left, bars on the right, one drawn row per line."""
 
     BINDINGS = keys.bindings()
-    COMPONENT_CLASSES = {
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
         *STYLE_CLASSES,
         "timeline--gutter",
         "timeline--gutter-cursor",
@@ -166,8 +168,11 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         cols = edges.size - 1
         if data is None:
             r = Raster(
-                np.full(cols, ord(" "), np.uint32), np.zeros(cols, np.int16), np.zeros(cols, np.int64),
-                np.zeros(cols, np.int64), np.zeros(cols),
+                np.full(cols, ord(" "), np.uint32),
+                np.zeros(cols, np.int16),
+                np.zeros(cols, np.int64),
+                np.zeros(cols, np.int64),
+                np.zeros(cols),
             )
         else:
             r = raster_row(data, edges, self.mono)
@@ -177,9 +182,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
                 gaps = m.gap_rows.get(row.device)
                 if gaps is not None or span is not None:
                     mark_gaps(r, gaps if gaps is not None else _NO_GAPS, span, edges)
-            if row.kind == RowKind.EVENTS:
-                mark_events(r, data, self.matches, MATCH)
-                put_labels(r, data, m.trace.names, m.trace.name_id)
+            mark_events(r, data, self.matches, MATCH)
+            put_labels(r, data, m.trace.names, m.trace.name_id)
         sel = self.selection
         if sel is not None and self._selection_row(row, sel, data):
             mark_span(r, edges, sel.t0_ns, sel.t1_ns, SELECTED)
@@ -217,7 +221,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
                 style = RichStyle(color=bg, bgcolor=style.color, bold=bool(sid & LABEL) and not self.mono)
                 if self.mono or bg is None:
                     style = RichStyle(reverse=True)
-            for flag, name in ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor")):
+            for flag, name in _OVERLAYS:
                 if sid & flag:
                     style = style + self._component(name)
             self._styles[sid] = style

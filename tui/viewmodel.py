@@ -51,7 +51,7 @@ class TimelineModel:
 
     def busy_share(self, t0: int | None = None, t1: int | None = None) -> float:
         """GPU busy share over [t0, t1) (default: the GPU window), summed over devices."""
-        a, b = (self.window if t0 is None else (t0, t1))
+        a, b = self.window if t0 is None else (t0, t1)
         if b is None or b <= a or not self.busy:
             return 0.0
         return sum(bs.busy_in(a, b) for bs in self.busy.values()) / ((b - a) * len(self.busy))
@@ -91,12 +91,13 @@ class TimelineModel:
         self.phase_depths = sorted({p.depth for p in self.phase_list})[:4]
         self.phase_rows = []
         for d in self.phase_depths:
-            ps = [p for p in self.phase_list if p.depth == d]
+            ps = sorted((p for p in self.phase_list if p.depth == d), key=lambda p: p.start_ns)
             self.phase_rows.append(
                 RowData.of_spans(
                     np.asarray([p.start_ns for p in ps], np.int64),
                     np.asarray([p.end_ns for p in ps], np.int64),
                     Style.PHASE,
+                    labels=[clean_name(p.name) for p in ps],
                 )
             )
         self.tree = build_tree(self.trace, phase_depths=len(self.phase_rows))

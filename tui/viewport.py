@@ -121,25 +121,34 @@ def tick_step_ns(ns_per_col: float, min_cols: int = 12) -> float:
 
 
 def fmt_tick(t_ns: float, step_ns: float) -> str:
-    """A tick label in the unit that suits the step, with just enough decimals."""
+    """A tick label in the unit of the larger of value and step, with the decimals the step needs."""
+    mag = max(abs(t_ns), step_ns)
     for scale, unit in _UNITS:
-        if step_ns >= scale or unit == "ns":
+        if mag >= scale or unit == "ns":
             decimals = max(0, -math.floor(math.log10(step_ns / scale) + 1e-9))
             return f"{t_ns / scale:.{decimals}f}{unit}"
     return f"{t_ns:.0f}ns"  # pragma: no cover
 
 
-def ruler_text(vp: Viewport) -> str:
-    """One line of ``cols`` characters: ``|`` at each tick followed by its label."""
-    step = tick_step_ns(vp.ns_per_col)
+def ruler_text(vp: Viewport, min_cols: int = 12) -> str:
+    """One line of ``cols`` characters: ``▏`` at each tick followed by its label.
+
+    Deep zoom far from the origin would need long absolute labels (``467.562381ms``);
+    then the first tick carries the absolute time and the others an offset (``+20ns``).
+    """
+    step = tick_step_ns(vp.ns_per_col, min_cols)
     chars = [" "] * vp.cols
-    first = math.ceil(vp.t0_ns / step)
-    t = first * step
+    first = math.ceil(vp.t0_ns / step) * step
+    relative = len(fmt_tick(first, step)) > min_cols - 3
+    t = first
     while t < vp.t1_ns:
         col = vp.col_of(t)
+        if relative and t != first:
+            text = "+" + fmt_tick(t - first, step)
+        else:
+            text = fmt_tick(t, step)
         if 0 <= col < vp.cols:
-            label = "▏" + fmt_tick(t, step)
-            for i, ch in enumerate(label):
+            for i, ch in enumerate("▏" + text):
                 if col + i < vp.cols:
                     chars[col + i] = ch
         t += step

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -21,7 +23,7 @@ LEGEND = (
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
         keys = Table.grid(padding=(0, 2))
@@ -35,7 +37,7 @@ class HelpScreen(ModalScreen[None]):
         for glyph, desc in LEGEND:
             legend.add_row(glyph, desc)
         with VerticalScroll(id="help"):
-            yield Static("[b]gaplens[/b] — is the GPU busy, or not being fed?  (esc to close; ctrl+p lists every action)")
+            yield Static("[b]gaplens[/b] — is the GPU busy, or not being fed?  (esc closes; ctrl+p lists every action)")
             yield Static(keys)
             yield Static(legend)
 

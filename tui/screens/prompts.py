@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -18,7 +20,7 @@ from loaders.model import clean_name
 class SearchScreen(ModalScreen[str | None]):
     """``/``: a name to search for; enter searches, escape cancels."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, initial: str = "") -> None:
         super().__init__()
@@ -39,7 +41,7 @@ class SearchScreen(ModalScreen[str | None]):
 class PhaseScreen(ModalScreen[int | None]):
     """``p``: pick a phase to filter the view to; the first entry shows everything again."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, phases: list[Phase]) -> None:
         super().__init__()
