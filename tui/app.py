@@ -59,7 +59,7 @@ class GaplensApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "gaplens"
 
-    def __init__(self, source: str | Trace, mono: bool | None = None) -> None:
+    def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
         super().__init__()
         self.source = source
         self.mono = bool(os.environ.get("NO_COLOR")) if mono is None else mono
@@ -69,18 +69,26 @@ class GaplensApp(App[int]):
 
     # ---- layout ---------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        name = self.source if isinstance(self.source, str) else self.source.meta.path
-        yield Static(Text(f"gaplens · {clean_name(os.path.basename(name or 'trace'))} · loading…"), id="header")
-        with Vertical(id="loading"):
-            yield Label("Reading the trace…", id="stage")
-            yield ProgressBar(total=1.0, show_eta=False, id="progress")
-        yield Ruler(id="ruler")
-        yield Details(id="details")
+        src = self.source
+        name = src if isinstance(src, str) else (src.trace if isinstance(src, TimelineModel) else src).meta.path
+        # Widgets are kept by reference: messages can arrive while a modal screen is on top.
+        title = clean_name(os.path.basename(name or "trace"))
+        self._header = Static(Text(f"gaplens · {title} · loading…"), id="header")
+        self._stage = Label("Reading the trace…", id="stage")
+        self._progress = ProgressBar(total=1.0, show_eta=False, id="progress")
+        self._loading = Vertical(self._stage, self._progress, id="loading")
+        self._ruler = Ruler(id="ruler")
+        self._details = Details(id="details")
+        self._timeline: Timeline | None = None
+        yield self._header
+        yield self._loading
+        yield self._ruler
+        yield self._details
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#ruler").display = False
-        self.query_one(Details).display = False
+        self._ruler.display = False
+        self._details.display = False
         self.load_trace()
 
     # ---- loading (worker thread; talks to the UI only through messages) -------
@@ -94,17 +102,26 @@ class GaplensApp(App[int]):
                 last[0] = now
                 self.post_message(LoadProgress(stage, fraction))
 
+        if isinstance(self.source, TimelineModel):  # benchmarks and tests that built it already
+            model = self.source
+            ready = model.readings.analysed or bool(model.readings.gaps or model.readings.phases)
+            self.post_message(ModelReady(model, final=ready))
+            if ready:
+                return
+            trace = model.trace
         try:
-            trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
-            self.post_message(LoadProgress("indexing", 1.0))
-            model = build_model(trace)
+            if not isinstance(self.source, TimelineModel):
+                trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
+                self.post_message(LoadProgress("indexing", 1.0))
+                model = build_model(trace)
         except TraceError as exc:
             self.post_message(LoadFailed(str(exc)))
             return
         except Exception as exc:  # an internal failure is reported, not raised through the UI
             self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
             return
-        self.post_message(ModelReady(model, final=False))
+        if not isinstance(self.source, TimelineModel):
+            self.post_message(ModelReady(model, final=False))
         try:
             self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
         except Exception as exc:
@@ -113,8 +130,8 @@ class GaplensApp(App[int]):
     def on_load_progress(self, msg: LoadProgress) -> None:
         if self.model is not None:
             return
-        self.query_one("#stage", Label).update(Text(f"{msg.stage}…"))
-        self.query_one("#progress", ProgressBar).update(progress=msg.fraction)
+        self._stage.update(Text(f"{msg.stage}…"))
+        self._progress.update(progress=msg.fraction)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
         self.error = msg.error
@@ -123,49 +140,47 @@ class GaplensApp(App[int]):
 
     def on_model_ready(self, msg: ModelReady) -> None:
         self.model = msg.model
-        timelines = self.query(Timeline)
-        if timelines:
-            timelines.first().set_model(msg.model)
+        if self._timeline is not None:
+            self._timeline.set_model(msg.model)
         else:
-            self.query_one("#loading").remove()
-            self.query_one("#ruler").display = True
-            timeline = Timeline(msg.model, mono=self.mono, id="timeline")
-            self.mount(timeline, after=self.query_one("#ruler"))
-            timeline.focus()
+            self._loading.remove()
+            self._ruler.display = True
+            self._timeline = Timeline(msg.model, mono=self.mono, id="timeline")
+            self.mount(self._timeline, after=self._ruler)
+            self._timeline.focus()
         self._update_header()
 
     # ---- reacting to the timeline --------------------------------------------
     @property
     def timeline(self) -> Timeline:
-        return self.query_one(Timeline)
+        assert self._timeline is not None, "no trace loaded yet"
+        return self._timeline
 
     def on_viewport_changed(self, msg: ViewportChanged) -> None:
-        self.query_one(Ruler).show(msg.viewport, self.timeline.gutter)
-        self._update_header()
+        if self._timeline is not None:
+            self._ruler.show(msg.viewport, self._timeline.gutter)
+            self._update_header()
 
     def on_selection_changed(self, msg: SelectionChanged) -> None:
-        details = self.query_one(Details)
-        details.show(self.timeline.model, msg.selection)
-        details.display = msg.selection is not None
+        if self._timeline is not None:
+            self._details.show(self._timeline.model, msg.selection)
+            self._details.display = msg.selection is not None
 
     def _update_header(self) -> None:
         if self.model is None:
             return
-        tl = self.query(Timeline)
-        phase = tl.first().phase if tl else None
-        text = self.model.header(phase)
-        if tl:
-            vp = tl.first().viewport
-            text += f" · view {ruler_span(vp)}"
-        self.query_one("#header", Static).update(Text(text, no_wrap=True, overflow="ellipsis"))
+        tl = self._timeline
+        text = self.model.header(tl.phase if tl else None)
+        if tl is not None:
+            text += f" · view {ruler_span(tl.viewport)}"
+        self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
 
     # ---- app-level actions ------------------------------------------------------
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def action_toggle_details(self) -> None:
-        details = self.query_one(Details)
-        details.display = not details.display
+        self._details.display = not self._details.display
 
     def action_search(self) -> None:
         if self.model is None:
@@ -219,8 +234,8 @@ def ruler_span(vp: Viewport) -> str:
     return f"{fmt_ns(vp.span_ns)} ({fmt_ns(vp.ns_per_col)}/col)"
 
 
-def make_app(path_or_trace: str | Trace, mono: bool | None = None) -> GaplensApp:
-    """The app for a trace path (loaded in a worker) or an already loaded Trace."""
+def make_app(path_or_trace: str | Trace | TimelineModel, mono: bool | None = None) -> GaplensApp:
+    """The app for a trace path (loaded in a worker), a loaded Trace or a prepared view model."""
     return GaplensApp(path_or_trace, mono=mono)
 
 

@@ -64,6 +64,14 @@ MIN_LABEL_CELLS = 6  # a bar shorter than this shows no name (``de…`` says not
 SHADES = " ░▒▓█"
 EIGHTHS = " ▏▎▍▌▋▊▉█"  # left-aligned: index = eighths filled
 FULL = ord("█")
+_SPACE = ord(" ")
+_SHADE_CODES = np.frombuffer(SHADES.encode("utf-32-le"), dtype=np.uint32).copy()
+_EIGHTH_CODES = np.frombuffer(EIGHTHS.encode("utf-32-le"), dtype=np.uint32).copy()
+# Right-aligned fill of g eighths: ▕ and ▐ exist as glyphs; the rest reverse a left eighth.
+_HEAD_CODES = _EIGHTH_CODES[8 - np.arange(9)].copy()
+_HEAD_CODES[[1, 4, 8]] = [ord("▕"), ord("▐"), FULL]
+_HEAD_REV = np.ones(9, dtype=bool)
+_HEAD_REV[[0, 1, 4, 8]] = False
 GAP_GLYPH = ord("·")
 GAP_LARGEST_GLYPH = ord("━")
 
@@ -162,14 +170,16 @@ class RowData:
     def __len__(self) -> int:
         return int(self.start.size)
 
-    def busy_before(self, t: np.ndarray) -> np.ndarray:
-        """B(t) for a vector of times (relative to cum[0])."""
-        n = self.start.size
-        if n == 0:
+    def busy_before(self, t: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
+        """B(t) for ascending times; ``k`` = number of intervals starting before each t, if known."""
+        if self.start.size == 0:
             return np.zeros(t.size, dtype=np.int64)
-        k = np.searchsorted(self.start, t, "right")
+        if k is None:
+            k = np.searchsorted(self.start, t, "left")
         j = np.maximum(k - 1, 0)
-        part = np.clip(t - self.start[j], 0, self.end[j] - self.start[j])
+        s = self.start[j]
+        # Only the last interval starting before t can be cut by t (rows are disjoint).
+        part = np.minimum(t - s, self.end[j] - s)
         return np.where(k > 0, self.cum[j] - self.cum[0] + part, 0)
 
 
@@ -196,59 +206,57 @@ def coverage(row: RowData, edges: np.ndarray) -> np.ndarray:
 
 
 def raster_row(row: RowData, edges: np.ndarray, mono: bool = False) -> Raster:
-    """Glyphs and base styles of one row over cell ``edges`` (cols + 1 ascending ns)."""
+    """Glyphs and base styles of one row over cell ``edges`` (cols + 1 ascending ns).
+
+    Two binary searches per cell edge, then gathers of at most two events per cell.
+    """
     cols = edges.size - 1
     left, right = edges[:-1], edges[1:]
-    cov = coverage(row, edges)
-    lo = np.searchsorted(row.maxend, left, "right")  # first event ending after L
-    hi = np.searchsorted(row.start, right, "left")  # events starting before R
-    # Zero-length events at L (instants) touch the cell too.
-    n = hi - lo
-    codes = np.full(cols, ord(" "), dtype=np.uint32)
-    style = np.zeros(cols, dtype=np.int16)
     if row.start.size == 0:
-        return Raster(codes, style, lo, hi, cov)
-
-    # Several events: density shade by coverage; any touch shows at least ░.
-    many = n >= 2
-    shade = np.where(cov > 0, np.clip(np.ceil(cov * 4), 1, 4), 1).astype(np.int64)
-    codes[many] = np.frombuffer(SHADES.encode("utf-32-le"), dtype=np.uint32)[shade[many]]
+        z = np.zeros(cols, np.int64)
+        return Raster(np.full(cols, _SPACE, np.uint32), np.zeros(cols, np.int16), z, z, np.zeros(cols))
+    k = np.searchsorted(row.start, edges, "left")  # intervals starting before each edge
+    b = row.busy_before(edges, k)
+    width = np.maximum(right - left, 1)
+    cov = np.clip((b[1:] - b[:-1]) / width, 0.0, 1.0)
+    lo = np.searchsorted(row.maxend, left, "right")  # first interval ending after L
+    hi = k[1:]  # one past the last interval starting before R
+    n = hi - lo
+    shade = np.clip(np.ceil(cov * 4), 1, 4).astype(np.intp)
+    # Several intervals: density shade by coverage; any touch shows at least ░.
+    codes = np.where(n >= 2, _SHADE_CODES[shade], _SPACE).astype(np.uint32)
 
     one = n == 1
-    j = np.minimum(lo, row.start.size - 1)
+    last = row.start.size - 1
+    j = np.minimum(lo, last)
     s, e = row.start[j], row.end[j]
-    width = np.maximum(right - left, 1)
-    eighths = np.frombuffer(EIGHTHS.encode("utf-32-le"), dtype=np.uint32)
-    full = one & (s <= left) & (e >= right)
-    codes[full] = FULL
+    starts_before = s <= left
+    runs_on = e >= right
+    codes[one & starts_before & runs_on] = FULL
     # Bar ends inside the cell: left-aligned eighths.
-    tail = one & (s <= left) & (e < right)
-    f = np.clip(np.rint((e - left) * 8 / width), 1, 8).astype(np.int64)
-    codes[tail] = eighths[f[tail]]
+    tail = one & starts_before & ~runs_on
+    f = np.clip(np.rint((e - left) * 8 / width), 1, 8).astype(np.intp)
+    codes[tail] = _EIGHTH_CODES[f[tail]]
     # Bar starts inside the cell and runs on: right-aligned, drawn as the reverse of the gap.
-    head = one & (s > left) & (e >= right)
-    g = np.clip(np.rint((right - s) * 8 / width), 1, 8).astype(np.int64)
-    rev = head & (g < 8) & (g != 1) & (g != 4)
-    codes[head & (g == 8)] = FULL
-    codes[head & (g == 1)] = ord("▕")
-    codes[head & (g == 4)] = ord("▐")
-    codes[rev] = eighths[8 - g[rev]]
-    # A lone event inside the cell: shade by how much of it it fills.
-    inside = one & (s > left) & (e < right)
-    codes[inside] = np.frombuffer(SHADES.encode("utf-32-le"), dtype=np.uint32)[shade[inside]]
+    head = one & ~starts_before & runs_on
+    g = np.clip(np.rint((right - s) * 8 / width), 1, 8).astype(np.intp)
+    codes[head] = _HEAD_CODES[g[head]]
+    rev = head & _HEAD_REV[g]
+    # A lone interval inside the cell: shade by how much of it it fills.
+    inside = one & ~starts_before & ~runs_on
+    codes[inside] = _SHADE_CODES[shade[inside]]
 
-    # Colour of a busy cell: the event at the cell's middle, else the first one touching it.
     touched = n >= 1
     if isinstance(row.style, int):
-        style[touched] = row.style
+        style = np.where(touched, row.style, 0).astype(np.int16)
     else:
-        mid = (left + right) // 2
-        k = np.clip(np.searchsorted(row.start, mid, "right") - 1, 0, row.start.size - 1)
-        pick = np.where((row.start[k] <= mid) & (row.end[k] > mid), k, j)
-        style[touched] = row.style[pick[touched]]
+        # Colour of a busy cell: the longer of the first and last interval touching it.
+        h = np.clip(hi - 1, 0, last)
+        longer = np.where((row.end[h] - row.start[h]) > (e - s), h, j)
+        style = np.where(touched, row.style[longer], 0).astype(np.int16)
     style[rev] |= REV
     if mono:
-        _mono_fill(codes, style, touched & ~many)
+        _mono_fill(codes, style, touched & (n < 2))
     return Raster(codes, style, lo, hi, cov)
 
 

@@ -45,6 +45,8 @@ from tui.viewmodel import TimelineModel
 from tui.viewport import Viewport
 
 _OVERLAYS = ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor"))
+_GUTTER, _GUTTER_CURSOR = -1, -2
+_GUTTER_CLASSES = {_GUTTER: "timeline--gutter", _GUTTER_CURSOR: "timeline--gutter-cursor"}
 _NO_GAPS = RowData.of_spans(np.empty(0, np.int64), np.empty(0, np.int64), 0)
 
 
@@ -91,6 +93,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
         self._styles: dict[int, RichStyle] = {}
         self._edges = self.viewport.edges()
+        self._width = 80
         self._fitted = False
 
     # ---- model and geometry ---------------------------------------------------
@@ -120,6 +123,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def _changed(self, viewport: bool = True) -> None:
         self.generation += 1
         self._edges = self.viewport.edges()
+        self._width = self.scrollable_content_region.width
         self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows))
         self.refresh()
         if viewport:
@@ -139,13 +143,11 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     # ---- drawing --------------------------------------------------------------
     def render_line(self, y: int) -> Strip:
         i = self.scroll_offset.y + y
-        width = self.scrollable_content_region.width
-        if i >= len(self.rows):
-            return Strip.blank(width, self.rich_style)
-        key = (self.generation, i, width)
+        width = self._width
+        key = (self.generation, i if i < len(self.rows) else -1, width)
         strip = self._cache.get(key)
         if strip is None:
-            strip = self.render_row(i)
+            strip = self.render_row(i) if i < len(self.rows) else Strip.blank(width, self.rich_style)
             self._cache[key] = strip
         return strip
 
@@ -154,7 +156,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         row = self.rows[i]
         gw = self.gutter
         label = gutter_label(row, self.collapsed, gw)
-        gstyle = self._component("timeline--gutter-cursor" if i == self.row_cursor else "timeline--gutter")
+        gstyle = self._style(_GUTTER_CURSOR if i == self.row_cursor else _GUTTER)
         segments = [Segment(label, gstyle)]
         r = self.raster(row)
         segments.extend(Segment(text, self._style(sid)) for text, sid in runs(r))
@@ -213,6 +215,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
 
     def _style(self, sid: int) -> RichStyle:
         style = self._styles.get(sid)
+        if style is None and sid < 0:
+            style = self._styles[sid] = self._component(_GUTTER_CLASSES[sid])
         if style is None:
             style = self._component(STYLE_CLASSES[sid & BASE_MASK])
             if sid & (REV | LABEL):

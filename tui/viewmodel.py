@@ -39,6 +39,7 @@ class TimelineModel:
     phase_depths: list[int] = field(default_factory=list)
     _gap_arrays: tuple[np.ndarray, np.ndarray] | None = None
     _flows: tuple[np.ndarray, np.ndarray] | None = None
+    _rows: dict[int, RowData] = field(default_factory=dict)
 
     @property
     def title(self) -> str:
@@ -67,9 +68,13 @@ class TimelineModel:
     # ---- rows ---------------------------------------------------------------
     def row_data(self, row: Row) -> RowData | None:
         if row.kind == RowKind.EVENTS:
-            t = self.trace
-            b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
-            return RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], self.cum[b : e + 1], self.style[b:e], b)
+            data = self._rows.get(row.trace_row)
+            if data is None:  # views into the columns, made once per row
+                t = self.trace
+                b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
+                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], self.cum[b : e + 1], self.style[b:e], b)
+                self._rows[row.trace_row] = data
+            return data
         if row.kind == RowKind.BUSY:
             return self.busy_rows.get(row.device)
         if row.kind == RowKind.PHASES and row.depth < len(self.phase_rows):
