@@ -39,6 +39,7 @@ def tile_trace(trace: Trace, times: int) -> Trace:
         src[lo:hi] = np.tile(np.arange(b, e), times)
         tile[lo:hi] = np.repeat(np.arange(times), e - b)
     row_of = np.repeat(np.arange(lens.size), lens)
+
     # Where event i of tile k lands, to remap launch links.
     def new_index(i: np.ndarray, k: np.ndarray) -> np.ndarray:
         r = row_of[i]

@@ -167,7 +167,8 @@ def _first_launch(trace) -> tuple[int, int]:
     return i, int(trace.lane[i])
 
 
-def test_enter_selects_under_the_cursor_and_flow_jumps_both_ways():
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)])
+def test_enter_selects_under_the_cursor_and_flow_jumps_both_ways(size):
     async def body(app, pilot, tl):
         trace = app.model.trace
         i, lane = _first_launch(trace)
@@ -185,10 +186,12 @@ def test_enter_selects_under_the_cursor_and_flow_jumps_both_ways():
         assert tl.rows[tl.row_cursor].lane == int(trace.lane[k])
         await pilot.press("o")
         assert tl.selection.event == i
+        top = tl.scroll_offset.y  # the launch row is scrolled into view on a small terminal
+        assert top <= tl.row_cursor < top + tl.scrollable_content_region.height
         await pilot.press("escape")
         assert tl.selection is None
 
-    drive("decode_eager.json.gz", body)
+    drive("decode_eager.json.gz", body, size=size)
 
 
 def test_search_marks_matches_and_n_walks_them_in_time_order():
@@ -270,9 +273,9 @@ def test_resize_relays_out():
     async def body(app, pilot, tl):
         await pilot.resize_terminal(80, 24)
         await pilot.pause()
-        assert tl.viewport.cols == 80 - tl.gutter - 1 or tl.viewport.cols == 80 - tl.gutter
+        assert tl.viewport.cols == 80 - tl.label_width - 1 or tl.viewport.cols == 80 - tl.label_width
         await pilot.resize_terminal(200, 60)
         await pilot.pause()
-        assert tl.viewport.cols >= 200 - tl.gutter - 1
+        assert tl.viewport.cols >= 200 - tl.label_width - 1
 
     drive("smells.json.gz", body)

@@ -158,7 +158,7 @@ class GaplensApp(App[int]):
 
     def on_viewport_changed(self, msg: ViewportChanged) -> None:
         if self._timeline is not None:
-            self._ruler.show(msg.viewport, self._timeline.gutter)
+            self._ruler.show(msg.viewport, self._timeline.label_width)
             self._update_header()
 
     def on_selection_changed(self, msg: SelectionChanged) -> None:

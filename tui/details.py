@@ -27,7 +27,8 @@ def _lane_label(model: TimelineModel, lane_id: int) -> str:
 
 
 def _span(t0: int, t1: int) -> str:
-    return f"{fmt_ns(t0)} → {fmt_ns(t1)}   duration {fmt_ns(t1 - t0)}"
+    # Absolute times need more digits than durations to tell neighbours apart.
+    return f"{fmt_ns(t0, 7)} → {fmt_ns(t1, 7)}   duration {fmt_ns(t1 - t0)}"
 
 
 def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str]]:
@@ -78,7 +79,8 @@ def _describe_gap(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]
     g = sel.gap
     t = model.trace
     largest = model.readings.largest
-    title = "blank region" + (" · the largest on the critical path" if largest is not None and g == largest else "")
+    biggest = " · the largest on the critical path" if model.readings.analysed else " · the largest"
+    title = "blank region" + (biggest if largest is not None and g == largest else "")
     lines = [
         ("GPU idle", title),
         ("time", _span(g.start_ns, g.end_ns)),

@@ -284,6 +284,9 @@ def mark_gaps(r: Raster, gaps: RowData, largest: tuple[int, int] | None, edges: 
         overlap = np.minimum(right, b) - np.maximum(left, a)
         # The largest wins over the events sharing its cells, so it shows even zoomed out.
         hit = (overlap * 2 >= np.maximum(right - left, 1)) | (empty & (overlap > 0))
+        # Zoomed far out it is narrower than a cell: its middle cell still shows it.
+        mid = (a + b) // 2
+        hit |= (left <= mid) & (mid < right)
         r.codes[hit] = GAP_LARGEST_GLYPH
         r.style[hit] = int(Style.GAP_LARGEST)
 

@@ -98,12 +98,12 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
 
     # ---- model and geometry ---------------------------------------------------
     @property
-    def gutter(self) -> int:
+    def label_width(self) -> int:
         return max(12, min(28, self.scrollable_content_region.width // 5))
 
     @property
     def cols(self) -> int:
-        return max(self.scrollable_content_region.width - self.gutter, 1)
+        return max(self.scrollable_content_region.width - self.label_width, 1)
 
     def set_model(self, model: TimelineModel) -> None:
         """Swap in a model with more readings (gaps, phases); the view stays where it is."""
@@ -154,7 +154,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def render_row(self, i: int) -> Strip:
         """One row: gutter label plus bars; O(cols × log n), no per-event loop."""
         row = self.rows[i]
-        gw = self.gutter
+        gw = self.label_width
         label = gutter_label(row, self.collapsed, gw)
         gstyle = self._style(_GUTTER_CURSOR if i == self.row_cursor else _GUTTER)
         segments = [Segment(label, gstyle)]
@@ -282,8 +282,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         row = self.scroll_offset.y + event.y
         if row < len(self.rows):
             self.row_cursor = row
-        if event.x >= self.gutter:
-            self.cursor_ns = self.viewport.time_of(event.x - self.gutter + 0.5)
+        if event.x >= self.label_width:
+            self.cursor_ns = self.viewport.time_of(event.x - self.label_width + 0.5)
             self.run_action("select")
         elif row < len(self.rows) and self.rows[row].heads:
             self.toggle(self.rows[row].node)

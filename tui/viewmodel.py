@@ -72,7 +72,8 @@ class TimelineModel:
             if data is None:  # views into the columns, made once per row
                 t = self.trace
                 b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
-                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], self.cum[b : e + 1], self.style[b:e], b)
+                cum = self.cum[b : e + 1]
+                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
                 self._rows[row.trace_row] = data
             return data
         if row.kind == RowKind.BUSY:
