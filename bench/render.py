@@ -104,7 +104,7 @@ async def measure(model, label: str) -> list[str]:
         for name, vp in (("fit-all", vp_fit), ("mid", vp_mid), ("deepest", vp_deep)):
             tl.cursor_ns = mid_t
             tl.set_viewport(vp)
-            times = [frame_ms(tl) for _ in range(7)]
+            times = [frame_ms(tl) for _ in range(15)]
             out.append(
                 f"{label:>10} {name:<8} {vp.ns_per_col:>14,.0f} ns/col  "
                 f"median {statistics.median(times):6.2f} ms  max {max(times):6.2f} ms  rows {len(tl.rows)}"

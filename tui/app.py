@@ -191,7 +191,8 @@ class GaplensApp(App[int]):
                 return
             self.last_search = text
             n = self.timeline.set_search(text)
-            self.notify(f"{n:,} events match {text!r}" if n else f"nothing matches {text!r}")
+            shown = clean_name(text)  # typed text, but never markup or control codes
+            self.notify(f"{n:,} events match {shown!r}" if n else f"nothing matches {shown!r}", markup=False)
 
         self.push_screen(SearchScreen(self.last_search), done)
 

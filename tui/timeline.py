@@ -278,6 +278,23 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.post_message(SelectionChanged(sel))
 
     # ---- mouse ----------------------------------------------------------------
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if event.ctrl or event.shift:  # ctrl/shift + wheel zooms at the pointer; the plain wheel scrolls rows
+            event.prevent_default()
+            event.stop()
+            self._zoom_at(event.x, 0.5)
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if event.ctrl or event.shift:
+            event.prevent_default()
+            event.stop()
+            self._zoom_at(event.x, 2.0)
+
+    def _zoom_at(self, x: int, factor: float) -> None:
+        if x >= self.label_width:
+            self.cursor_ns = self.viewport.time_of(x - self.label_width + 0.5)
+        self.set_viewport(self.viewport.zoom(factor, self.cursor_ns))
+
     def on_click(self, event: events.Click) -> None:
         row = self.scroll_offset.y + event.y
         if row < len(self.rows):
