@@ -116,7 +116,8 @@ def test_pan_keys_and_time_cursor():
             assert (tl.cursor_ns - before) * sign == pytest.approx(tl.viewport.ns_per_col, rel=1e-6)
         # Walking the cursor off the right edge pans the view along.
         t0 = tl.viewport.t0_ns
-        for _ in range(tl.viewport.cols):
+        tl.cursor_ns = tl.viewport.time_of(tl.viewport.cols - 2.5)
+        for _ in range(4):
             await pilot.press("l")
         assert tl.viewport.t0_ns > t0 and tl.viewport.t0_ns <= tl.cursor_ns < tl.viewport.t1_ns
         for key, step in (("down", 1), ("j", 1), ("up", -1), ("k", -1)):
