@@ -181,17 +181,3 @@ def test_headless_modules_do_not_load_textual():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    st.lists(st.integers(0, 5_000), min_size=0, max_size=3_000),
-    st.lists(st.integers(-10, 5_010), min_size=1, max_size=50),
-    st.sampled_from(["left", "right"]),
-)
-def test_two_level_search_equals_searchsorted(values, needles, side):
-    from tui.raster import coarse, search
-
-    arr = np.sort(np.asarray(values, np.int64))
-    x = np.sort(np.asarray(needles, np.int64))
-    assert np.array_equal(search(arr, coarse(arr), x, side), np.searchsorted(arr, x, side))

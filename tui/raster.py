@@ -141,33 +141,6 @@ def event_styles(kind: np.ndarray, name_id: np.ndarray, names: list[str]) -> np.
     return style
 
 
-BLOCK = 64  # two-level search: a cache-resident sample of every BLOCK-th value, then one block
-
-
-def coarse(values: np.ndarray) -> np.ndarray | None:
-    """Every BLOCK-th value of a sorted array, or None when the array is small enough to search directly."""
-    return np.ascontiguousarray(values[::BLOCK]) if values.size >= 16 * BLOCK else None
-
-
-def search(values: np.ndarray, sample: np.ndarray | None, x: np.ndarray, side: str) -> np.ndarray:
-    """``np.searchsorted(values, x, side)`` for ascending ``x``, touching one block of ``values`` per needle.
-
-    On rows of millions of events the plain search misses the cache at every step;
-    here the sample stays in cache and each needle reads BLOCK contiguous values.
-    """
-    if sample is None:
-        return np.searchsorted(values, x, side)
-    b = np.maximum(np.searchsorted(sample, x, side) - 1, 0)  # the answer lies in block b
-    idx = b[:, None] * BLOCK + _BLOCK_RANGE
-    n = values.size
-    vals = values[np.minimum(idx, n - 1)]
-    below = (vals < x[:, None]) if side == "left" else (vals <= x[:, None])
-    return b * BLOCK + (below & (idx < n)).sum(axis=1)
-
-
-_BLOCK_RANGE = np.arange(BLOCK)
-
-
 @dataclass(frozen=True)
 class RowData:
     """Sorted, mostly disjoint intervals of one drawn row, with prefix sums of their lengths.
@@ -184,13 +157,6 @@ class RowData:
     style: np.ndarray | int
     base: int = -1
     labels: list[str] | None = None  # names of a synthetic row's intervals
-    start_sample: np.ndarray | None = None  # ``coarse(start)`` for long rows
-    maxend_sample: np.ndarray | None = None
-
-    @classmethod
-    def indexed(cls, start, end, maxend, cum, style, base: int = -1, labels=None) -> RowData:
-        """A row with its two-level search samples built (once per row, O(n / BLOCK))."""
-        return cls(start, end, maxend, cum, style, base, labels, coarse(start), coarse(maxend))
 
     @classmethod
     def of_spans(cls, start, end, style: int, labels: list[str] | None = None) -> RowData:
@@ -199,7 +165,7 @@ class RowData:
         end = np.asarray(end, dtype=np.int64)
         cum = np.concatenate(([0], np.cumsum(end - start)))
         maxend = np.maximum.accumulate(end) if end.size else end
-        return cls.indexed(start, end, maxend, cum, int(style), labels=labels)
+        return cls(start, end, maxend, cum, int(style), labels=labels)
 
     def __len__(self) -> int:
         return int(self.start.size)
@@ -209,7 +175,7 @@ class RowData:
         if self.start.size == 0:
             return np.zeros(t.size, dtype=np.int64)
         if k is None:
-            k = search(self.start, self.start_sample, t, "left")
+            k = np.searchsorted(self.start, t, "left")
         j = np.maximum(k - 1, 0)
         s = self.start[j]
         # Only the last interval starting before t can be cut by t (rows are disjoint).
@@ -249,11 +215,11 @@ def raster_row(row: RowData, edges: np.ndarray, mono: bool = False) -> Raster:
     if row.start.size == 0:
         z = np.zeros(cols, np.int64)
         return Raster(np.full(cols, _SPACE, np.uint32), np.zeros(cols, np.int16), z, z, np.zeros(cols))
-    k = search(row.start, row.start_sample, edges, "left")  # intervals starting before each edge
+    k = np.searchsorted(row.start, edges, "left")  # intervals starting before each edge
     b = row.busy_before(edges, k)
     width = np.maximum(right - left, 1)
     cov = np.clip((b[1:] - b[:-1]) / width, 0.0, 1.0)
-    lo = search(row.maxend, row.maxend_sample, left, "right")  # first interval ending after L
+    lo = np.searchsorted(row.maxend, left, "right")  # first interval ending after L
     hi = k[1:]  # one past the last interval starting before R
     n = hi - lo
     shade = np.clip(np.ceil(cov * 4), 1, 4).astype(np.intp)

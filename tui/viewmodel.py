@@ -73,7 +73,7 @@ class TimelineModel:
                 t = self.trace
                 b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
                 cum = self.cum[b : e + 1]
-                data = RowData.indexed(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
+                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
                 self._rows[row.trace_row] = data
             return data
         if row.kind == RowKind.BUSY:
@@ -183,7 +183,7 @@ def build_model(trace: Trace) -> TimelineModel:
     window = gpu_window(trace) if len(trace) else (0, 1)
     extent = (int(trace.start_ns.min()), int(trace.end_ns.max())) if len(trace) else (0, 1)
     model = TimelineModel(trace, cum, style, busy, extent, window)
-    model.busy_rows = {d: RowData.indexed(b.start, b.end, b.end, b.cum, int(Style.BUSY)) for d, b in busy.items()}
+    model.busy_rows = {d: RowData(b.start, b.end, b.end, b.cum, int(Style.BUSY)) for d, b in busy.items()}
     model.tree = build_tree(trace)
     return model
 
