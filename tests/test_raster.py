@@ -181,3 +181,21 @@ def test_headless_modules_do_not_load_textual():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_batched_rows_equal_one_row_at_a_time():
+    """The per-frame batch over all visible rows draws exactly what the single-row path draws."""
+    from tui.lanetree import RowKind, build_tree, visible_rows
+    from tui.raster import raster_rows
+
+    model = build_model(loaded("decode_eager.json.gz"))
+    rows = [r for r in visible_rows(build_tree(model.trace), set()) if r.kind == RowKind.EVENTS]
+    datas = [model.row_data(r) for r in rows]
+    lo, hi = model.extent
+    views = (Viewport.fit(lo, hi, 150), Viewport(467e6, 500_000, 150, lo, hi), Viewport(468e6, 150, 150, lo, hi))
+    for vp in views:
+        edges = vp.edges()
+        singles = [raster_row(d, edges) for d in datas]
+        for one, many in zip(singles, raster_rows(datas, model.columns, edges), strict=True):
+            assert one.text == many.text
+            assert np.array_equal(one.style, many.style) and np.array_equal(one.lo, many.lo)

@@ -210,26 +210,63 @@ def raster_row(row: RowData, edges: np.ndarray, mono: bool = False) -> Raster:
 
     Two binary searches per cell edge, then gathers of at most two events per cell.
     """
-    cols = edges.size - 1
-    left, right = edges[:-1], edges[1:]
     if row.start.size == 0:
-        z = np.zeros(cols, np.int64)
-        return Raster(np.full(cols, _SPACE, np.uint32), np.zeros(cols, np.int16), z, z, np.zeros(cols))
+        return _blank(edges.size - 1)
     k = np.searchsorted(row.start, edges, "left")  # intervals starting before each edge
-    b = row.busy_before(edges, k)
+    lo = np.searchsorted(row.maxend, edges[:-1], "right")  # first interval ending after L
+    return _cells(row.start, row.end, row.cum, row.style, k, lo, 0, row.start.size - 1, edges, mono)
+
+
+def raster_rows(rows: list[RowData], columns: tuple, edges: np.ndarray, mono: bool = False) -> list[Raster]:
+    """Rasters of several trace rows in one vectorised pass over a (rows × cols) grid.
+
+    ``columns`` = (start, end, cum, style) of the whole trace; each row is a slice of
+    them at ``row.base``, so after two searches per row every step runs once per frame.
+    """
+    start, end, cum, style = columns
+    rows_n = len(rows)
+    cols = edges.size - 1
+    k = np.empty((rows_n, cols + 1), np.int64)
+    lo = np.empty((rows_n, cols), np.int64)
+    for r, row in enumerate(rows):  # per visible row: two binary searches
+        k[r] = row.base + np.searchsorted(row.start, edges, "left")
+        lo[r] = row.base + np.searchsorted(row.maxend, edges[:-1], "right")
+    base = np.asarray([row.base for row in rows], np.int64)[:, None]
+    last = base + np.asarray([max(len(row), 1) - 1 for row in rows], np.int64)[:, None]
+    grid = _cells(start, end, cum, style, k, lo, base, last, edges, mono)
+    return [
+        Raster(grid.codes[r], grid.style[r], grid.lo[r] - base[r], grid.hi[r] - base[r], grid.coverage[r])
+        for r in range(rows_n)
+    ]
+
+
+def _blank(cols: int) -> Raster:
+    z = np.zeros(cols, np.int64)
+    return Raster(np.full(cols, _SPACE, np.uint32), np.zeros(cols, np.int16), z, z, np.zeros(cols))
+
+
+def _cells(start, end, cum, styles, k, lo, base, last, edges, mono: bool) -> Raster:
+    """The per-cell rules, on one row (1-D) or a grid of rows (2-D); indices are positions in the columns.
+
+    ``k``: intervals starting before each edge; ``lo``: first interval ending after each
+    left edge; ``base``/``last``: each row's first and last position.
+    """
+    left, right = edges[:-1], edges[1:]
+    # B(t): busy time before t; only the last interval starting before t can be cut by t.
+    jb = np.maximum(k - 1, base)
+    sb = start[jb]
+    b = np.where(k > base, cum[jb] + np.minimum(edges - sb, end[jb] - sb), cum[base])
     width = np.maximum(right - left, 1)
-    cov = np.clip((b[1:] - b[:-1]) / width, 0.0, 1.0)
-    lo = np.searchsorted(row.maxend, left, "right")  # first interval ending after L
-    hi = k[1:]  # one past the last interval starting before R
+    cov = np.clip((b[..., 1:] - b[..., :-1]) / width, 0.0, 1.0)
+    hi = k[..., 1:]  # one past the last interval starting before R
     n = hi - lo
     shade = np.clip(np.ceil(cov * 4), 1, 4).astype(np.intp)
     # Several intervals: density shade by coverage; any touch shows at least ░.
     codes = np.where(n >= 2, _SHADE_CODES[shade], _SPACE).astype(np.uint32)
 
     one = n == 1
-    last = row.start.size - 1
     j = np.minimum(lo, last)
-    s, e = row.start[j], row.end[j]
+    s, e = start[j], end[j]
     starts_before = s <= left
     runs_on = e >= right
     codes[one & starts_before & runs_on] = FULL
@@ -247,13 +284,13 @@ def raster_row(row: RowData, edges: np.ndarray, mono: bool = False) -> Raster:
     codes[inside] = _SHADE_CODES[shade[inside]]
 
     touched = n >= 1
-    if isinstance(row.style, int):
-        style = np.where(touched, row.style, 0).astype(np.int16)
+    if isinstance(styles, int):
+        style = np.where(touched, styles, 0).astype(np.int16)
     else:
         # Colour of a busy cell: the longer of the first and last interval touching it.
-        h = np.clip(hi - 1, 0, last)
-        longer = np.where((row.end[h] - row.start[h]) > (e - s), h, j)
-        style = np.where(touched, row.style[longer], 0).astype(np.int16)
+        h = np.clip(hi - 1, base, last)
+        longer = np.where((end[h] - start[h]) > (e - s), h, j)
+        style = np.where(touched, styles[longer], 0).astype(np.int16)
     style[rev] |= REV
     if mono:
         _mono_fill(codes, style, touched & (n < 2))

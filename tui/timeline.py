@@ -39,6 +39,7 @@ from tui.raster import (
     mark_span,
     put_labels,
     raster_row,
+    raster_rows,
     runs,
 )
 from tui.viewmodel import TimelineModel
@@ -144,25 +145,42 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         i = self.scroll_offset.y + y
         width = self._width
-        key = (self.generation, i if i < len(self.rows) else -1, width)
+        if i >= len(self.rows):
+            key = (self.generation, -1, width)
+            strip = self._cache.get(key)
+            if strip is None:
+                strip = self._cache[key] = Strip.blank(width, self.rich_style)
+            return strip
+        key = (self.generation, i, width)
         strip = self._cache.get(key)
         if strip is None:
-            strip = self.render_row(i) if i < len(self.rows) else Strip.blank(width, self.rich_style)
-            self._cache[key] = strip
+            # A miss means a new frame: draw every visible row in one pass, like a page of prefetch.
+            self._render_window(self.scroll_offset.y, self.scrollable_content_region.height)
+            strip = self._cache.get(key) or self.render_row(i)
         return strip
 
-    def render_row(self, i: int) -> Strip:
+    def _render_window(self, top: int, height: int) -> None:
+        visible = range(max(top, 0), min(top + height, len(self.rows)))
+        events = [i for i in visible if self.rows[i].kind == RowKind.EVENTS]
+        m = self.model
+        rasters = raster_rows([m.row_data(self.rows[i]) for i in events], m.columns, self._edges, self.mono)
+        ready = dict(zip(events, rasters, strict=True))
+        width = self._width
+        for i in visible:
+            self._cache[(self.generation, i, width)] = self.render_row(i, ready.get(i))
+
+    def render_row(self, i: int, raster: Raster | None = None) -> Strip:
         """One row: gutter label plus bars; O(cols × log n), no per-event loop."""
         row = self.rows[i]
         gw = self.label_width
         label = gutter_label(row, self.collapsed, gw)
         gstyle = self._style(_GUTTER_CURSOR if i == self.row_cursor else _GUTTER)
         segments = [Segment(label, gstyle)]
-        r = self.raster(row)
+        r = self.raster(row, raster)
         segments.extend(Segment(text, self._style(sid)) for text, sid in runs(r))
         return Strip(segments, gw + self.viewport.cols)
 
-    def raster(self, row: Row) -> Raster:
+    def raster(self, row: Row, base: Raster | None = None) -> Raster:
         """The raster of one drawn row with gaps, matches, selection, labels and cursor applied."""
         edges = self._edges
         m = self.model
@@ -177,7 +195,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
                 np.zeros(cols),
             )
         else:
-            r = raster_row(data, edges, self.mono)
+            r = base if base is not None else raster_row(data, edges, self.mono)
             if self._gap_row(row):
                 lg = m.readings.largest
                 span = (lg.start_ns, lg.end_ns) if lg is not None and lg.device == row.device else None

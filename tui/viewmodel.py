@@ -65,6 +65,11 @@ class TimelineModel:
             f"GPU busy {100 * self.busy_share(a, b):.1f}% · {len(self.trace):,} events"
         )
 
+    @property
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, prefix sums, style) over the whole trace, for batched rasters."""
+        return self.trace.start_ns, self.trace.end_ns, self.cum, self.style
+
     # ---- rows ---------------------------------------------------------------
     def row_data(self, row: Row) -> RowData | None:
         if row.kind == RowKind.EVENTS:
