@@ -91,3 +91,18 @@ def test_untrusted_names_never_reach_the_terminal():
             assert any("redkernel" in t or "red" in t for t in texts)
 
     asyncio.run(main())
+
+
+def test_gap_columns_match_blank_regions():
+    """The viewer's column form of the blank regions is exactly ``analysis.gaps.blank_regions``."""
+    from analysis.gaps import blank_regions
+    from tui.readings import _blank_columns
+
+    for name in ("smells.json.gz", "decode_eager.json.gz"):
+        trace = loaded(name)
+        table = _blank_columns(trace)
+        ref = blank_regions(trace)
+        assert len(table) == len(ref)
+        assert [table[k] for k in (0, len(ref) // 2, len(ref) - 1)] == [ref[0], ref[len(ref) // 2], ref[-1]]
+        g = ref[len(ref) // 3]
+        assert table[table.index_at(g.device, (g.start_ns + g.end_ns) // 2)] == g

@@ -137,14 +137,13 @@ class TimelineActions:
     def _step_gap(self, direction: int) -> None:
         """The next marked blank region at least one cell wide at this zoom, keeping the zoom."""
         m = self.model
-        gaps = m.readings.marked()
-        if not gaps:
+        marked, starts, ends = m.gap_arrays()
+        if not marked.size:
             self.notify("No blank regions (yet)", severity="warning")
             return
         sel = self.selection
         ref = sel.gap.start_ns if sel is not None and sel.gap is not None else self.cursor_ns
         lo, hi = self.bounds()
-        starts, ends = m.gap_arrays()
         inside = (starts >= lo) & (ends <= hi)
         if not inside.any():
             self.notify("No blank regions in this range", severity="information")
@@ -160,7 +159,7 @@ class TimelineActions:
             self.notify("No more blank regions this way", severity="information")
             return
         k = int(cand[0] if direction > 0 else cand[-1])
-        self.select_gap(gaps[k], frame=False)
+        self.select_gap(m.readings.gaps[int(marked[k])], frame=False)
 
     def action_largest_gap(self) -> None:
         g = self.model.readings.largest

@@ -37,7 +37,7 @@ class TimelineModel:
     phase_rows: list[RowData] = field(default_factory=list)
     phase_list: list[Phase] = field(default_factory=list)
     phase_depths: list[int] = field(default_factory=list)
-    _gap_arrays: tuple[np.ndarray, np.ndarray] | None = None
+    _gap_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     _flows: tuple[np.ndarray, np.ndarray] | None = None
     _rows: dict[int, RowData] = field(default_factory=dict)
 
@@ -91,13 +91,12 @@ class TimelineModel:
         """Attach gaps and phases (computed after the first frame) and rebuild what depends on them."""
         self.readings = readings
         self._gap_arrays = None
+        table = readings.gaps
         marked = readings.marked()
         self.gap_rows = {}
         for dev in self.busy:
-            gs = [g for g in marked if g.device == dev]
-            self.gap_rows[dev] = RowData.of_spans(
-                np.asarray([g.start_ns for g in gs], np.int64), np.asarray([g.end_ns for g in gs], np.int64), Style.GAP
-            )
+            mine = marked[table.device[marked] == dev]
+            self.gap_rows[dev] = RowData.of_spans(table.start[mine], table.end[mine], Style.GAP)
         self.phase_list = sorted(readings.phases, key=lambda p: (p.depth, p.start_ns))
         self.phase_depths = sorted({p.depth for p in self.phase_list})[:4]
         self.phase_rows = []
@@ -124,20 +123,16 @@ class TimelineModel:
         return next((p for p in self.phase_list if p.depth == depth and p.start_ns <= t_ns < p.end_ns), None)
 
     def gap_at(self, device: int, t_ns: float) -> Gap | None:
-        for g in self.readings.gaps:  # gaps are few (thousands) and this runs once per key press
-            if g.device == device and g.start_ns <= t_ns < g.end_ns:
-                return g
-        return None
+        k = self.readings.gaps.index_at(device, t_ns)
+        return self.readings.gaps[k] if k >= 0 else None
 
     # ---- queries ------------------------------------------------------------
-    def gap_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Starts and ends of the marked gaps, in time order (cached)."""
+    def gap_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices into ``readings.gaps``, starts and ends of the marked gaps, in time order (cached)."""
         if self._gap_arrays is None:
             marked = self.readings.marked()
-            self._gap_arrays = (
-                np.asarray([g.start_ns for g in marked], np.int64),
-                np.asarray([g.end_ns for g in marked], np.int64),
-            )
+            table = self.readings.gaps
+            self._gap_arrays = (marked, table.start[marked], table.end[marked])
         return self._gap_arrays
 
     def launched_by(self, api_index: int) -> np.ndarray:
@@ -174,6 +169,7 @@ def with_readings(model: TimelineModel, readings: Readings) -> TimelineModel:
     """A copy of ``model`` with readings attached; built off the UI thread, swapped in whole."""
     out = copy.copy(model)
     out.set_readings(readings)
+    out.gap_arrays()  # built here, off the UI thread
     return out
 
 
