@@ -262,8 +262,13 @@ def test_help_details_palette_and_quit():
         assert details.display
         await pilot.press("i")
         assert not details.display
-        titles = {c.title for c in app.get_system_commands(app.screen)}
-        assert {desc for _, _, desc, _ in KEYS} <= titles  # every action is in the palette
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        assert {desc for _, _, desc, _ in KEYS} <= set(commands)  # every action is in the palette
+        span = tl.viewport.span_ns
+        app.call_later(commands["Zoom in at the cursor"].callback)  # as the palette runs a command
+        await pilot.pause()
+        await pilot.pause()
+        assert tl.viewport.span_ns == pytest.approx(span / 2)
         await pilot.press("q")
 
     app = drive("smells.json.gz", body)
