@@ -72,7 +72,7 @@ class MarkerClock:
     def at(self, lane: int, t: int) -> int:
         lo = int(np.searchsorted(self.lane, lane, "left"))
         hi = int(np.searchsorted(self.lane, lane, "right"))
-        k = lo + int(np.searchsorted(self.queued[lo:hi], t, "right"))
+        k = lo + int(np.searchsorted(self.queued[lo:hi], t, "left"))  # work queued at t is not yet done at t
         return max(t, int(self.reach[k - 1])) if k > lo else t
 
 

@@ -105,3 +105,19 @@ def test_times_are_relative_to_origin():
     trace = _trace([(1_000_000_000_123, 1_000_000_000_200)])
     assert trace.meta.origin_ns == 1_000_000_000_123
     assert trace.start_ns.tolist() == [0] and trace.end_ns.tolist() == [77]
+
+
+def test_phase_gpu_span_starts_before_its_first_kernel():
+    """A phase whose first call is a launch starts on the GPU when that kernel starts, not after it."""
+    from analysis.phases import phases
+
+    cols = EventColumns()
+    cols.add((LaneKind.ANNOTATIONS, 1, 1), 100, 1_000, "decode", Kind.ANNOTATION)
+    cols.add((LaneKind.CUDA_API, 1, 1), 100, 110, "cudaLaunchKernel", Kind.CUDA_API, corr=1)
+    cols.add((LaneKind.STREAM, 0, 7), 120, 500, "k", Kind.KERNEL, corr=1)
+    cols.add((LaneKind.CUDA_API, 1, 1), 900, 990, "cudaStreamSynchronize", Kind.CUDA_API, corr=2)
+    trace = cols.finish(Meta("test"), None)
+    (p,) = phases(trace)
+    origin = trace.meta.origin_ns
+    assert p.start_ns + origin == 100
+    assert p.end_ns + origin == 990

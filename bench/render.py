@@ -1,0 +1,162 @@
+"""`python -m bench render`: time to compute and render one timeline frame at 200×60.
+
+Traces of 1M and 10M events are synthesised by tiling decode_eager in time (each
+row's events repeated with a time offset, launches and correlations remapped), so
+the per-frame cost can be checked against the number of events outside the view.
+A frame is every visible line of the timeline rebuilt from scratch (strip cache
+invalidated): rasters, overlays, labels and Strips, inside a headless app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from loaders import load
+from loaders.model import Trace, _running_max_per_row
+
+SAMPLE = Path(__file__).resolve().parent.parent.parent / "shared" / "samples" / "decode_eager.json.gz"
+SIZE = (200, 60)
+
+
+def tile_trace(trace: Trace, times: int) -> Trace:
+    """``times`` copies of ``trace`` end to end, built row by row (no re-sort of n events)."""
+    span = int(trace.end_ns.max()) + 1_000_000
+    offs = trace.row_offsets
+    lens = np.diff(offs)
+    new_offs = np.concatenate(([0], np.cumsum(lens * times))).astype(np.int64)
+    n = int(new_offs[-1])
+    # For every new slot: (source event, tile number), row by row.
+    src = np.empty(n, np.int64)
+    tile = np.empty(n, np.int64)
+    for r in range(lens.size):  # per row (tens), never per event
+        b, e = int(offs[r]), int(offs[r + 1])
+        lo, hi = int(new_offs[r]), int(new_offs[r + 1])
+        src[lo:hi] = np.tile(np.arange(b, e), times)
+        tile[lo:hi] = np.repeat(np.arange(times), e - b)
+    row_of = np.repeat(np.arange(lens.size), lens)
+
+    # Where event i of tile k lands, to remap launch links.
+    def new_index(i: np.ndarray, k: np.ndarray) -> np.ndarray:
+        r = row_of[i]
+        return new_offs[r] + k * lens[r] + (i - offs[r])
+
+    launch = trace.launch[src]
+    has = launch >= 0
+    launch = np.where(has, new_index(np.maximum(launch, 0), tile), -1)
+    corr_span = int(trace.corr.max()) + 1
+    start = trace.start_ns[src] + tile * span
+    end = trace.end_ns[src] + tile * span
+    return Trace(
+        meta=trace.meta,
+        lanes=trace.lanes,
+        names=trace.names,
+        details=trace.details,
+        lane=trace.lane[src],
+        depth=trace.depth[src],
+        start_ns=start,
+        end_ns=end,
+        name_id=trace.name_id[src],
+        kind=trace.kind[src],
+        corr=np.where(trace.corr[src] >= 0, trace.corr[src] + tile * corr_span, -1),
+        bytes=trace.bytes[src],
+        detail_id=trace.detail_id[src],
+        launch=launch,
+        row_lane=trace.row_lane,
+        row_depth=trace.row_depth,
+        row_offsets=new_offs,
+        row_maxend=_running_max_per_row(end, new_offs),
+    )
+
+
+CPU_MS: list[float] = []  # thread CPU time of each frame: what the frame costs without other load
+
+
+def frame_ms(tl) -> float:
+    """Rebuild every visible line of the timeline (cache invalidated); wall ms, CPU ms kept aside."""
+    tl.generation += 1
+    height = tl.scrollable_content_region.height
+    c = time.thread_time()
+    t = time.perf_counter()
+    for y in range(height):
+        tl.render_line(y)
+    CPU_MS.append((time.thread_time() - c) * 1000)
+    return (time.perf_counter() - t) * 1000
+
+
+async def measure(model, label: str) -> list[str]:
+    from tui.app import make_app
+    from tui.timeline import Timeline
+
+    app = make_app(model)
+    out = []
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(100):
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            if app.query(Timeline) and app.model is not None and app.model.readings.gaps:
+                break
+        tl = app.query_one(Timeline)
+        busy = model.busy_rows[next(iter(model.busy_rows))]
+        mid_t = float(busy.start[busy.start.size // 2])
+        vp_fit = tl.viewport
+        vp_mid = vp_fit.show(mid_t - 5e6, mid_t + 5e6, fill=1.0)  # 10 ms: thousands of kernels
+        vp_deep = vp_fit.show(mid_t, mid_t + vp_fit.cols, fill=1.0)  # 1 ns per column
+        for name, vp in (("fit-all", vp_fit), ("mid", vp_mid), ("deepest", vp_deep)):
+            tl.cursor_ns = mid_t
+            tl.set_viewport(vp)
+            CPU_MS.clear()
+            times = [frame_ms(tl) for _ in range(15)]
+            out.append(
+                f"{label:>10} {name:<8} {vp.ns_per_col:>14,.0f} ns/col  "
+                f"median {statistics.median(times):6.2f} ms  max {max(times):6.2f} ms  "
+                f"(CPU median {statistics.median(CPU_MS):5.2f} max {max(CPU_MS):5.2f})  rows {len(tl.rows)}"
+            )
+        tl.set_viewport(vp_mid)
+        burst = []
+        CPU_MS.clear()
+        for k in range(50):
+            if k % 5 == 4:
+                tl.action_zoom_in() if k % 10 == 4 else tl.action_zoom_out()
+            else:
+                tl.action_pan(0.125 if k % 2 else -0.125)
+            burst.append(frame_ms(tl))
+        out.append(
+            f"{label:>10} burst    50 pans/zooms          "
+            f"mean {statistics.mean(burst):6.2f} ms  max {max(burst):6.2f} ms  "
+            f"(CPU mean {statistics.mean(CPU_MS):5.2f} max {max(CPU_MS):5.2f})  "
+            f"over 16 ms: {sum(b > 16 for b in burst)}"
+        )
+    return out
+
+
+def run(args) -> None:
+    from tui.readings import compute
+    from tui.viewmodel import build_model, with_readings
+
+    if not SAMPLE.exists():
+        print(f"[render] {SAMPLE} not found, skipped")
+        return
+    base = load(str(SAMPLE))
+    sizes = [("1M", 10)] if getattr(args, "quick", False) else [("1M", 10), ("10M", 97)]
+    print(f"frame = all visible timeline lines at {SIZE[0]}×{SIZE[1]}, strip cache cold; target ≤ 8 ms, none > 16 ms")
+    for label, times in sizes:
+        t = time.perf_counter()
+        trace = tile_trace(base, times)
+        t_tile = time.perf_counter() - t
+        t = time.perf_counter()
+        model = build_model(trace)
+        t_model = time.perf_counter() - t
+        t = time.perf_counter()
+        model = with_readings(model, compute(trace))
+        t_read = time.perf_counter() - t
+        print(
+            f"{label:>10} {len(trace):,} events: tile {t_tile:.1f} s, view model {t_model:.2f} s, "
+            f"readings {t_read:.1f} s"
+        )
+        for line in asyncio.run(measure(model, label)):
+            print(line)

@@ -1,0 +1,49 @@
+"""SVG snapshots of the screens that matter (textual 8.2.8, pytest-textual-snapshot 1.1.0, syrupy 4.8.0).
+
+Re-record with ``pytest tests/test_tui_snapshots.py --snapshot-update`` after checking the pictures.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import loaded, sample
+from tui.app import make_app
+
+SIZE = (120, 36)
+
+
+async def _ready(pilot) -> None:
+    """Wait until the loading worker has delivered the model and its readings."""
+    app = pilot.app
+    for _ in range(200):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if app.model is not None and (app.model.readings.gaps or app.model.readings.phases):
+            break
+    await pilot.pause()
+
+
+def test_decode_eager_default_view(snap_compare):
+    """Fit-all: GPU row mostly ░ (6 % busy), phases and annotation rows with names, host rows below."""
+    assert snap_compare(make_app(loaded("decode_eager.json.gz"), mono=False), terminal_size=SIZE, run_before=_ready)
+
+
+def test_decode_eager_largest_gap_with_details(snap_compare):
+    """After `c`: the largest blank region fills 60 % of the view as ━ on the GPU rows; details name it."""
+    assert snap_compare(
+        make_app(loaded("decode_eager.json.gz"), mono=False), press=["c"], terminal_size=SIZE, run_before=_ready
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("loaders.nsys") is None, reason="the nsys loader is not in this build")
+def test_nsys_smells_default_view(snap_compare, request):
+    """An Nsight Systems export: the same rows and readings as a Kineto trace of the same workload."""
+    recorded = Path(__file__).parent / "__snapshots__" / "test_tui_snapshots" / "test_nsys_smells_default_view.svg"
+    if not recorded.exists() and not request.config.getoption("update_snapshots", default=False):
+        pytest.skip("no recorded picture yet: record it with --snapshot-update once loaders.nsys has landed")
+    app = make_app(str(sample("nsys_smells.sqlite.gz")), mono=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=_ready)

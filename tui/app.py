@@ -1,0 +1,249 @@
+"""The gaplens Textual app: loads a trace in a worker, then shows header, ruler, timeline, details, footer.
+
+``make_app`` is the one factory used by the CLI, the Pilot tests and the snapshot tests.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Label, ProgressBar, Static
+
+from loaders import TraceError, load
+from loaders.model import Trace, clean_name
+from tui.details import Details
+from tui.keys import KEYS
+from tui.readings import compute
+from tui.screens.help import HelpScreen
+from tui.screens.prompts import PhaseScreen, SearchScreen
+from tui.timeline import SelectionChanged, Timeline, ViewportChanged
+from tui.viewmodel import TimelineModel, build_model, with_readings
+from tui.viewport import Viewport, ruler_text
+
+
+@dataclass
+class LoadProgress(Message):
+    stage: str
+    fraction: float
+
+
+@dataclass
+class ModelReady(Message):
+    model: TimelineModel
+    final: bool  # readings (gaps, phases) are attached
+
+
+@dataclass
+class LoadFailed(Message):
+    error: str
+
+
+class Ruler(Static):
+    """Tick labels over the timeline, in the unit that suits the zoom."""
+
+    def show(self, vp: Viewport, gutter: int) -> None:
+        self.update(Text(" " * gutter + ruler_text(vp), no_wrap=True, overflow="crop"))
+
+
+class GaplensApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "gaplens"
+
+    def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.mono = bool(os.environ.get("NO_COLOR")) if mono is None else mono
+        self.model: TimelineModel | None = None
+        self.error: str | None = None
+        self.last_search = ""
+
+    # ---- layout ---------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        src = self.source
+        name = src if isinstance(src, str) else (src.trace if isinstance(src, TimelineModel) else src).meta.path
+        # Widgets are kept by reference: messages can arrive while a modal screen is on top.
+        title = clean_name(os.path.basename(name or "trace"))
+        self._header = Static(Text(f"gaplens · {title} · loading…"), id="header")
+        self._stage = Label("Reading the trace…", id="stage")
+        self._progress = ProgressBar(total=1.0, show_eta=False, id="progress")
+        self._loading = Vertical(self._stage, self._progress, id="loading")
+        self._ruler = Ruler(id="ruler")
+        self._details = Details(id="details")
+        self._timeline: Timeline | None = None
+        yield self._header
+        yield self._loading
+        yield self._ruler
+        yield self._details
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._ruler.display = False
+        self._details.display = False
+        self.load_trace()
+
+    # ---- loading (worker thread; talks to the UI only through messages) -------
+    @work(thread=True, exclusive=True, group="load")
+    def load_trace(self) -> None:
+        last = [0.0]
+
+        def progress(stage: str, fraction: float) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 0.25 or fraction >= 1.0:  # batch updates, do not flood the UI
+                last[0] = now
+                self.post_message(LoadProgress(stage, fraction))
+
+        if isinstance(self.source, TimelineModel):  # benchmarks and tests that built it already
+            model = self.source
+            ready = model.readings.analysed or bool(model.readings.gaps or model.readings.phases)
+            self.post_message(ModelReady(model, final=ready))
+            if ready:
+                return
+            trace = model.trace
+        try:
+            if not isinstance(self.source, TimelineModel):
+                trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
+                self.post_message(LoadProgress("indexing", 1.0))
+                model = build_model(trace)
+        except TraceError as exc:
+            self.post_message(LoadFailed(str(exc)))
+            return
+        except Exception as exc:  # an internal failure is reported, not raised through the UI
+            self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
+            return
+        if not isinstance(self.source, TimelineModel):
+            self.post_message(ModelReady(model, final=False))
+        try:
+            self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
+        except Exception as exc:
+            self.post_message(LoadFailed(f"internal error in the readings: {type(exc).__name__}: {exc}"))
+
+    def on_load_progress(self, msg: LoadProgress) -> None:
+        if self.model is not None:
+            return
+        self._stage.update(Text(f"{msg.stage}…"))
+        self._progress.update(progress=msg.fraction)
+
+    def on_load_failed(self, msg: LoadFailed) -> None:
+        self.error = msg.error
+        code = 1 if msg.error.startswith("internal error") else 2
+        self.exit(code, return_code=code)
+
+    def on_model_ready(self, msg: ModelReady) -> None:
+        self.model = msg.model
+        if self._timeline is not None:
+            self._timeline.set_model(msg.model)
+        else:
+            self._loading.remove()
+            self._ruler.display = True
+            self._timeline = Timeline(msg.model, mono=self.mono, id="timeline")
+            self.mount(self._timeline, after=self._ruler)
+            self._timeline.focus()
+        self._update_header()
+
+    # ---- reacting to the timeline --------------------------------------------
+    @property
+    def timeline(self) -> Timeline:
+        assert self._timeline is not None, "no trace loaded yet"
+        return self._timeline
+
+    def on_viewport_changed(self, msg: ViewportChanged) -> None:
+        if self._timeline is not None:
+            self._ruler.show(msg.viewport, self._timeline.label_width)
+            self._update_header()
+
+    def on_selection_changed(self, msg: SelectionChanged) -> None:
+        if self._timeline is not None:
+            self._details.show(self._timeline.model, msg.selection)
+            self._details.display = msg.selection is not None
+
+    def _update_header(self) -> None:
+        if self.model is None:
+            return
+        tl = self._timeline
+        text = self.model.header(tl.phase if tl else None)
+        if tl is not None:
+            text += f" · view {ruler_span(tl.viewport)}"
+        self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
+
+    # ---- app-level actions ------------------------------------------------------
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_details(self) -> None:
+        self._details.display = not self._details.display
+
+    def action_search(self) -> None:
+        if self.model is None:
+            return
+
+        def done(text: str | None) -> None:
+            if text is None:
+                return
+            self.last_search = text
+            n = self.timeline.set_search(text)
+            shown = clean_name(text)  # typed text, but never markup or control codes
+            self.notify(f"{n:,} events match {shown!r}" if n else f"nothing matches {shown!r}", markup=False)
+
+        self.push_screen(SearchScreen(self.last_search), done)
+
+    def action_phase(self) -> None:
+        if self.model is None:
+            return
+        phases = self.model.readings.phases
+        if not phases:
+            self.notify("No phases (no annotations in this trace, or still analysing)", severity="warning")
+            return
+
+        def done(k: int | None) -> None:
+            if k is None:
+                return
+            tl = self.timeline
+            tl.phase = None if k < 0 else phases[k]
+            lo, hi = tl.bounds()
+            tl.set_viewport(Viewport.fit(lo, hi, tl.cols))
+
+        self.push_screen(PhaseScreen(phases), done)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The palette lists every action of the viewer, with its keys."""
+        yield from super().get_system_commands(screen)
+        if self.model is None:
+            return
+        for keys, action, desc, _ in KEYS:
+            target = action.removeprefix("app.")
+            runner = self.run_action if action.startswith("app.") else self.timeline.run_action
+            yield SystemCommand(f"{desc}", f"keys: {keys.replace(',', ' ')}", _bind(runner, target))
+
+
+def _bind(runner, action: str):
+    return lambda: runner(action)
+
+
+def ruler_span(vp: Viewport) -> str:
+    from analysis.units import fmt_ns
+
+    return f"{fmt_ns(vp.span_ns)} ({fmt_ns(vp.ns_per_col)}/col)"
+
+
+def make_app(path_or_trace: str | Trace | TimelineModel, mono: bool | None = None) -> GaplensApp:
+    """The app for a trace path (loaded in a worker), a loaded Trace or a prepared view model."""
+    return GaplensApp(path_or_trace, mono=mono)
+
+
+def run_app(path: str) -> int:
+    """Run the viewer; the exit status follows the CLI contract (2: unusable input)."""
+    app = make_app(path)
+    code = app.run()
+    if app.error:
+        print(f"gaplens: {app.error}", file=sys.stderr)
+    return int(code or 0)

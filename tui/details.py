@@ -1,0 +1,115 @@
+"""The details panel: what the selected event, blank region or phase is, in friendly units.
+
+``describe`` is pure (model + selection → lines of text) so it is tested without an app;
+every string from the trace is already cleaned by the model.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from analysis.units import fmt_bytes, fmt_ns
+from loaders.model import Kind, clean_name
+from tui.navigate import Selection
+from tui.viewmodel import TimelineModel
+
+_KIND_LABEL = {k: k.name.lower().replace("_", " ") for k in Kind}
+
+
+def _lane_label(model: TimelineModel, lane_id: int) -> str:
+    ln = model.trace.lanes[lane_id]
+    meta = model.trace.meta
+    if ln.is_gpu:
+        return clean_name(f"GPU {ln.device} · {ln.name}")
+    thread = meta.threads.get((ln.pid, ln.tid), f"thread {ln.tid}")
+    return clean_name(f"{meta.processes.get(ln.pid, 'process')} {ln.pid} · {thread.strip()} · {ln.name}")
+
+
+def _span(t0: int, t1: int) -> str:
+    # Absolute times need more digits than durations to tell neighbours apart.
+    return f"{fmt_ns(t0, 7)} → {fmt_ns(t1, 7)}   duration {fmt_ns(t1 - t0)}"
+
+
+def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str]]:
+    """(label, value) lines for the panel; empty when nothing is selected."""
+    if sel is None:
+        return []
+    if sel.gap is not None:
+        return _describe_gap(model, sel)
+    if sel.phase is not None:
+        p = sel.phase
+        busy = model.busy_share(p.start_ns, p.end_ns)
+        return [
+            ("phase", clean_name(p.name)),
+            ("GPU span", _span(p.start_ns, p.end_ns)),
+            ("host span", _span(p.host_start_ns, p.host_end_ns)),
+            ("GPU busy", f"{100 * busy:.1f}%"),
+        ]
+    t = model.trace
+    i = sel.event
+    kind = Kind(int(t.kind[i]))
+    lines = [
+        ("name", t.names[int(t.name_id[i])]),
+        ("kind", _KIND_LABEL[kind]),
+        ("lane", _lane_label(model, int(t.lane[i]))),
+        ("time", _span(int(t.start_ns[i]), int(t.end_ns[i]))),
+    ]
+    detail = t.details[int(t.detail_id[i])]
+    if detail:
+        lines.append(("args", detail))
+    if int(t.bytes[i]):
+        lines.append(("bytes", fmt_bytes(int(t.bytes[i]))))
+    if int(t.corr[i]) >= 0:
+        lines.append(("correlation", str(int(t.corr[i]))))
+    if int(t.launch[i]) >= 0:
+        j = int(t.launch[i])
+        lag = int(t.start_ns[i]) - int(t.end_ns[j])
+        lines.append(("launched by", f"{t.names[int(t.name_id[j])]}  (launch lag {fmt_ns(lag)}; o to jump)"))
+    elif kind == Kind.CUDA_API:
+        ops = model.launched_by(i)
+        if ops.size:
+            first = int(ops[0])
+            more = f" and {ops.size - 1} more" if ops.size > 1 else ""
+            lines.append(("launched", f"{t.names[int(t.name_id[first])]}{more}  (o to jump)"))
+    return lines
+
+
+def _describe_gap(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]:
+    g = sel.gap
+    t = model.trace
+    largest = model.readings.largest
+    biggest = " · the largest on the critical path" if model.readings.analysed else " · the largest"
+    title = "blank region" + (biggest if largest is not None and g == largest else "")
+    lines = [
+        ("GPU idle", title),
+        ("time", _span(g.start_ns, g.end_ns)),
+        ("device", f"GPU {g.device}"),
+    ]
+    if model.readings.analysed:
+        lines.append(("critical path", "yes: the device waited for the host" if g.on_critical_path else "no"))
+        lines.append(("cause", g.cause))
+        if g.shares:
+            ranked = sorted(g.shares.items(), key=lambda kv: -kv[1])
+            lines.append(("shares", "  ".join(f"{k} {100 * v:.0f}%" for k, v in ranked)))
+        if g.evidence:
+            names = [f"{t.name(e)} ({fmt_ns(int(t.end_ns[e] - t.start_ns[e]))})" for e in g.evidence[:4]]
+            lines.append(("evidence", "; ".join(names)))
+        if g.message:
+            lines.append(("note", clean_name(g.message)))
+    else:
+        lines.append(("cause", "not analysed in this build (critical-path analysis unavailable)"))
+    return lines
+
+
+class Details(Static):
+    """The panel under the timeline; hidden until something is selected."""
+
+    def show(self, model: TimelineModel, sel: Selection | None) -> None:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for k, (label, value) in enumerate(describe(model, sel)):
+            if k:
+                text.append("\n")
+            text.append(f"{label:>13} ", style="bold")
+            text.append(value)
+        self.update(text)

@@ -1,0 +1,82 @@
+"""Every key of the viewer in one table: the timeline's bindings, the help screen and the command palette.
+
+Perfetto users get WASD, vi users get hjkl; arrows work for everyone.
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+# (keys, action, description, shown in the footer)
+KEYS: tuple[tuple[str, str, str, bool], ...] = (
+    ("plus,equals_sign,w", "zoom_in", "Zoom in at the cursor", True),
+    ("minus,s", "zoom_out", "Zoom out at the cursor", True),
+    ("a", "pan(-0.125)", "Pan left", False),
+    ("d", "pan(0.125)", "Pan right", False),
+    ("shift+left,A,pageup", "pan(-0.9)", "Pan left one page", False),
+    ("shift+right,D,pagedown", "pan(0.9)", "Pan right one page", False),
+    ("left,h", "cursor(-1)", "Move the time cursor left", False),
+    ("right,l", "cursor(1)", "Move the time cursor right", False),
+    ("up,k", "row(-1)", "Previous row", False),
+    ("down,j", "row(1)", "Next row", False),
+    ("0,f", "fit", "Fit all", True),
+    ("enter", "select", "Select the event under the cursor", True),
+    ("z", "zoom_selection", "Zoom to the selection", False),
+    ("g", "next_gap", "Next blank region", True),
+    ("G", "prev_gap", "Previous blank region", False),
+    ("c", "largest_gap", "Largest blank region on the critical path", True),
+    ("o", "flow", "Follow the flow: launch ↔ GPU op", True),
+    ("space", "toggle_row", "Collapse / expand the row's group", False),
+    ("slash", "app.search", "Search by name", True),
+    ("n", "next_match", "Next match", False),
+    ("N", "prev_match", "Previous match", False),
+    ("p", "app.phase", "Filter to a phase", True),
+    ("i", "app.toggle_details", "Show / hide details", False),
+    ("escape", "clear", "Clear selection and search", False),
+    ("question_mark", "app.help", "Help", True),
+    ("q", "app.quit", "Quit", True),
+)
+
+# Footer labels are short; descriptions stay long for help and the palette.
+_SHORT = {
+    "zoom_in": "zoom+",
+    "zoom_out": "zoom−",
+    "fit": "fit",
+    "select": "select",
+    "next_gap": "gap",
+    "largest_gap": "critical",
+    "flow": "flow",
+    "app.search": "search",
+    "app.phase": "phase",
+    "app.help": "help",
+    "app.quit": "quit",
+}
+
+
+def bindings() -> list[Binding]:
+    return [
+        Binding(keys, action, _SHORT.get(action, desc), show=show, key_display=_display(keys))
+        for keys, action, desc, show in KEYS
+    ]
+
+
+def _display(keys: str) -> str:
+    names = {
+        "plus": "+",
+        "equals_sign": "=",
+        "minus": "-",
+        "slash": "/",
+        "question_mark": "?",
+        "space": "space",
+        "shift+left": "⇧←",
+        "shift+right": "⇧→",
+    }
+    return "/".join(names.get(k, k) for k in keys.split(",")[:2])
+
+
+def help_rows() -> list[tuple[str, str]]:
+    """(keys, what they do) for the help screen."""
+    return [
+        (_display(keys) if "," not in keys else " ".join(_display(k) for k in keys.split(",")), desc)
+        for keys, _, desc, _ in KEYS
+    ]

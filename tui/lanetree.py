@@ -1,0 +1,153 @@
+"""The lane tree: process → thread → lanes and GPU → streams, flattened into drawn rows.
+
+Pure data: the widget asks ``visible_rows(collapsed)`` for the rows to draw and
+draws each row's label in its left gutter, so tree and bars can never scroll apart.
+
+    ▾ python3 499
+      ▾ thread 499 (python3)
+          annotations        <- a lane; deeper nesting adds sub-rows, capped, "+N"
+          CPU ops
+          CUDA API
+    ▾ GPU 0 NVIDIA H200      <- the device row draws the busy union and blank regions
+        phases               <- host annotations placed on the GPU (CUDA-event semantics)
+        stream 7
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from loaders.model import GPU_LANE_KINDS, Trace, clean_name
+
+#: Sub-rows drawn per lane before the rest collapse into a "+N" marker.
+DEPTH_CAP = 4
+
+
+class RowKind(IntEnum):
+    GROUP = 0  # process or thread header (no bars)
+    EVENTS = 1  # one (lane, depth) row of the trace
+    BUSY = 2  # a device: union of its streams, with blank regions marked
+    PHASES = 3  # phases projected on a device, one sub-row per nesting depth
+
+
+@dataclass(frozen=True)
+class Row:
+    """One drawn line: what it shows, its gutter label, and the tree node it belongs to."""
+
+    kind: RowKind
+    label: str
+    indent: int
+    node: str  # key of the collapsible node this row heads or belongs to
+    trace_row: int = -1  # EVENTS: index into trace.row_offsets
+    lane: int = -1
+    device: int = -1
+    depth: int = 0
+    more: int = 0  # hidden deeper sub-rows ("+N")
+    heads: bool = False  # this row is the header of ``node`` (shows ▾/▸)
+
+
+@dataclass
+class Node:
+    key: str
+    rows: list[Row] = field(default_factory=list)  # the header row first
+    children: list[Node] = field(default_factory=list)
+
+
+def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) -> list[Node]:
+    """Top-level nodes (processes, then devices) with their rows and children."""
+    procs: dict[int, Node] = {}
+    threads: dict[tuple[int, int], Node] = {}
+    devices: dict[int, Node] = {}
+    top: list[Node] = []
+    meta = trace.meta
+    for lane in sorted(trace.lanes, key=lambda ln: ln.sort_key):
+        rows = list(trace.rows_of(lane.id))
+        if lane.kind in GPU_LANE_KINDS:
+            dev = devices.get(lane.device)
+            if dev is None:
+                name = next((d.name for d in meta.devices if d.id == lane.device), "")
+                key = f"gpu:{lane.device}"
+                label = clean_name(f"GPU {lane.device} {name}".strip())
+                dev = Node(key, [Row(RowKind.BUSY, label, 0, key, device=lane.device, heads=True)])
+                if phase_depths and not devices:
+                    for d in range(phase_depths):
+                        dev.rows.append(
+                            Row(RowKind.PHASES, "phases" if d == 0 else "", 2, key, device=lane.device, depth=d)
+                        )
+                devices[lane.device] = dev
+            parent = dev
+            indent = 2
+        else:
+            proc = procs.get(lane.pid)
+            if proc is None:
+                pname = meta.processes.get(lane.pid, "process") if lane.pid >= 0 else "host"
+                key = f"p:{lane.pid}"
+                label = clean_name(f"{pname} {lane.pid}" if lane.pid >= 0 else pname)
+                proc = Node(key, [Row(RowKind.GROUP, label, 0, key, heads=True)])
+                procs[lane.pid] = proc
+                top.append(proc)
+            th = threads.get((lane.pid, lane.tid))
+            if th is None:
+                tname = meta.threads.get((lane.pid, lane.tid), f"thread {lane.tid}")
+                key = f"t:{lane.pid}:{lane.tid}"
+                th = Node(key, [Row(RowKind.GROUP, clean_name(tname).strip(), 2, key, heads=True)])
+                threads[(lane.pid, lane.tid)] = th
+                proc.children.append(th)
+            parent = th
+            indent = 4
+        key = f"l:{lane.id}"
+        node = Node(key)
+        shown = rows[:depth_cap]
+        for d, r in enumerate(shown):
+            more = len(rows) - len(shown) if d == len(shown) - 1 else 0
+            label = clean_name(lane.name) if d == 0 else ""
+            node.rows.append(
+                Row(
+                    RowKind.EVENTS,
+                    label,
+                    indent,
+                    key,
+                    trace_row=r,
+                    lane=lane.id,
+                    device=lane.device,
+                    depth=d,
+                    more=more,
+                    heads=d == 0 and len(rows) > 1,
+                )
+            )
+        parent.children.append(node)
+    # Devices first: "is the GPU busy?" is the first question, so its rows lead.
+    return [devices[d] for d in sorted(devices)] + top
+
+
+def visible_rows(nodes: list[Node], collapsed: set[str]) -> list[Row]:
+    """Rows in display order; a collapsed node keeps only its header row."""
+    out: list[Row] = []
+
+    def walk(node: Node) -> None:
+        if node.key in collapsed:
+            out.extend(node.rows[:1])
+            return
+        out.extend(node.rows)
+        for child in node.children:
+            walk(child)
+
+    for node in nodes:
+        walk(node)
+    return out
+
+
+def gutter_label(row: Row, collapsed: set[str], width: int) -> str:
+    """The row's tree label fitted to ``width`` cells: marker, indent, name, "+N"."""
+    mark = ""
+    if row.heads:
+        mark = "▸ " if row.node in collapsed else "▾ "
+    more = f" +{row.more}" if row.more else ""
+    if row.kind == RowKind.EVENTS and row.depth > 0 and not more:
+        text = " " * row.indent + "  ┆"
+    else:
+        text = " " * row.indent + mark + row.label
+    if len(text) + len(more) > width:
+        text = text[: max(width - len(more) - 1, 0)] + "…"
+    return (text + more).ljust(width)[:width]

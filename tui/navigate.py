@@ -1,0 +1,220 @@
+"""The timeline's actions: zoom, pan, cursor, selection, blank regions, flows and matches.
+
+A mixin so the widget module stays about drawing; every action ends in a new
+Viewport and/or Selection handed to the widget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.gaps import Gap
+from analysis.phases import Phase
+from loaders.model import Kind
+from tui.lanetree import RowKind
+from tui.viewport import Viewport
+
+ZOOM_STEP = 0.5
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the details panel shows: an event, a blank region or a phase."""
+
+    t0_ns: int
+    t1_ns: int
+    event: int = -1
+    gap: Gap | None = None
+    phase: Phase | None = None
+
+
+class TimelineActions:
+    """Actions bound in ``tui.keys``; mixed into ``Timeline``."""
+
+    _gap_floor: float | None = None
+
+    # ---- zoom and pan ---------------------------------------------------------
+    def action_zoom_in(self) -> None:
+        self.set_viewport(self.viewport.zoom(ZOOM_STEP, self.cursor_ns))
+
+    def action_zoom_out(self) -> None:
+        self.set_viewport(self.viewport.zoom(1 / ZOOM_STEP, self.cursor_ns))
+
+    def action_pan(self, fraction: float) -> None:
+        vp = self.viewport.pan(fraction * self.viewport.cols)
+        self.cursor_ns += vp.t0_ns - self.viewport.t0_ns  # the cursor rides along
+        self.set_viewport(vp)
+
+    def action_fit(self) -> None:
+        lo, hi = self.bounds()
+        self.set_viewport(Viewport.fit(lo, hi, self.cols))
+
+    def bounds(self) -> tuple[int, int]:
+        if self.phase is not None:
+            return self.phase.start_ns, self.phase.end_ns
+        return self.model.extent
+
+    # ---- cursors --------------------------------------------------------------
+    def action_cursor(self, step: int) -> None:
+        vp = self.viewport
+        t = self.cursor_ns + step * vp.ns_per_col
+        col = vp.col_of(t)
+        if col < 0 or col >= vp.cols:
+            vp = vp.pan(step * max(vp.cols // 8, 1))
+        self.cursor_ns = min(max(t, vp.t0_ns), vp.t1_ns - vp.ns_per_col / 2)
+        self.set_viewport(vp)
+
+    def action_row(self, step: int) -> None:
+        self.set_row_cursor(self.row_cursor + step)
+
+    def action_toggle_row(self) -> None:
+        row = self.current_row()
+        if row is not None:
+            self.toggle(row.node)
+
+    # ---- selection ------------------------------------------------------------
+    def action_select(self) -> None:
+        row = self.current_row()
+        if row is None:
+            return
+        t, tol = self.cursor_ns, self.viewport.ns_per_col
+        m = self.model
+        sel = None
+        if row.kind == RowKind.EVENTS:
+            i = m.event_at(row, t, tol)
+            if i is not None:
+                sel = Selection(int(m.trace.start_ns[i]), int(m.trace.end_ns[i]), event=i)
+        elif row.kind == RowKind.BUSY:
+            g = m.gap_at(row.device, t)
+            if g is not None:
+                sel = Selection(g.start_ns, g.end_ns, gap=g)
+        elif row.kind == RowKind.PHASES:
+            p = m.phase_at(row.depth, t)
+            if p is not None:
+                sel = Selection(p.start_ns, p.end_ns, phase=p)
+        self.select(sel)
+
+    def action_zoom_selection(self) -> None:
+        sel = self.selection
+        if sel is None:
+            self.notify("Nothing selected: move the cursor onto a bar and press enter", severity="warning")
+            return
+        self.cursor_ns = (sel.t0_ns + sel.t1_ns) / 2
+        self.set_viewport(self.viewport.show(sel.t0_ns, sel.t1_ns, fill=0.8))
+
+    def action_clear(self) -> None:
+        self.matches = np.empty(0, np.int64)
+        self.match_order = np.empty(0, np.int64)
+        self.select(None)
+
+    def select_event(self, i: int) -> None:
+        """Select event ``i``, bring its row under the row cursor and its span into view."""
+        t = self.model.trace
+        s, e = int(t.start_ns[i]), int(t.end_ns[i])
+        self.reveal_lane(int(t.lane[i]), int(t.depth[i]))
+        self.cursor_ns = s if e - s < self.viewport.ns_per_col else (s + e) / 2
+        self.set_viewport(self.viewport.reveal(s, e))
+        self.select(Selection(s, e, event=i))
+
+    def select_gap(self, g, frame: bool) -> None:
+        row = next((k for k, r in enumerate(self.rows) if r.kind == RowKind.BUSY and r.device == g.device), None)
+        if row is not None:
+            self.set_row_cursor(row)
+        vp = self.viewport.show(g.start_ns, g.end_ns, fill=0.6) if frame else self.viewport.reveal(g.start_ns, g.end_ns)
+        self.cursor_ns = (g.start_ns + g.end_ns) / 2
+        self.set_viewport(vp)
+        self.select(Selection(g.start_ns, g.end_ns, gap=g))
+
+    # ---- blank regions --------------------------------------------------------
+    def action_next_gap(self) -> None:
+        self._step_gap(+1)
+
+    def action_prev_gap(self) -> None:
+        self._step_gap(-1)
+
+    def _step_gap(self, direction: int) -> None:
+        """The next marked blank region at least one cell wide at this zoom, keeping the zoom."""
+        m = self.model
+        marked, starts, ends = m.gap_arrays()
+        if not marked.size:
+            self.notify("No blank regions (yet)", severity="warning")
+            return
+        sel = self.selection
+        ref = sel.gap.start_ns if sel is not None and sel.gap is not None else self.cursor_ns
+        lo, hi = self.bounds()
+        inside = (starts >= lo) & (ends <= hi)
+        if not inside.any():
+            self.notify("No blank regions in this range", severity="information")
+            return
+        # Regions you could see at this zoom, but never only the few giants when zoomed out;
+        # a run of g/G keeps its first floor so stepping back returns where it came from.
+        stepping = sel is not None and sel.gap is not None and self._gap_floor is not None
+        if not stepping:
+            self._gap_floor = min(self.viewport.ns_per_col, 0.25 * float((ends - starts)[inside].max()))
+        inside &= (ends - starts) >= self._gap_floor
+        cand = np.flatnonzero(inside & ((starts > ref) if direction > 0 else (starts < ref)))
+        if cand.size == 0:
+            self.notify("No more blank regions this way", severity="information")
+            return
+        k = int(cand[0] if direction > 0 else cand[-1])
+        self.select_gap(m.readings.gaps[int(marked[k])], frame=False)
+
+    def action_largest_gap(self) -> None:
+        g = self.model.readings.largest
+        if g is None:
+            self.notify("No blank region found", severity="warning")
+            return
+        self.select_gap(g, frame=True)
+
+    # ---- flows ----------------------------------------------------------------
+    def action_flow(self) -> None:
+        """From a launch call to the GPU op it queued, and back."""
+        sel = self.selection
+        if sel is None or sel.event < 0:
+            self.notify("Select a launch call or a GPU op first (enter)", severity="warning")
+            return
+        t = self.model.trace
+        i = sel.event
+        if int(t.kind[i]) == int(Kind.CUDA_API):
+            targets = self.model.launched_by(i)
+            if targets.size == 0:
+                self.notify("This call queued no GPU work", severity="information")
+                return
+            self.select_event(int(targets[np.argmin(t.start_ns[targets])]))
+        elif int(t.launch[i]) >= 0:
+            self.select_event(int(t.launch[i]))
+        else:
+            self.notify("No flow from this event", severity="information")
+
+    # ---- search ---------------------------------------------------------------
+    def set_search(self, text: str) -> int:
+        m = self.model
+        self.matches = m.search(text)
+        self.match_order = self.matches[np.argsort(m.trace.start_ns[self.matches], kind="stable")]
+        self._changed(viewport=False)
+        if self.matches.size:
+            self.action_next_match()
+        return int(self.matches.size)
+
+    def action_next_match(self) -> None:
+        self._step_match(+1)
+
+    def action_prev_match(self) -> None:
+        self._step_match(-1)
+
+    def _step_match(self, direction: int) -> None:
+        order = getattr(self, "match_order", np.empty(0, np.int64))
+        if order.size == 0:
+            self.notify("No search matches (press / to search)", severity="information")
+            return
+        starts = self.model.trace.start_ns[order]
+        sel = self.selection
+        here = np.flatnonzero(order == sel.event) if sel is not None and sel.event >= 0 else np.empty(0, np.int64)
+        if here.size:
+            k = int(here[0]) + direction
+        else:
+            k = int(np.searchsorted(starts, self.cursor_ns, "left" if direction > 0 else "right"))
+            k = k if direction > 0 else k - 1
+        self.select_event(int(order[k % order.size]))

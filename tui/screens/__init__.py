@@ -1,0 +1,1 @@
+"""Modal screens of the viewer: help, search prompt, phase picker."""

@@ -1,0 +1,45 @@
+"""The help screen: every key from ``tui.keys`` and what the glyphs mean."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tui.keys import help_rows
+
+LEGEND = (
+    ("█ ▓ ▒ ░", "busy share of a cell when many events fall in it"),
+    ("▏▎▍▌▋▊▉", "bar edges in eighths of a cell when zoomed in"),
+    ("·", "blank region on the critical path (GPU idle, waiting for the host)"),
+    ("━", "the largest blank region on the critical path"),
+    ("+N", "N deeper nesting levels not drawn"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold")
+        keys.add_column()
+        for k, desc in help_rows():
+            keys.add_row(k, desc)
+        legend = Table.grid(padding=(0, 2))
+        legend.add_column(style="bold")
+        legend.add_column()
+        for glyph, desc in LEGEND:
+            legend.add_row(glyph, desc)
+        with VerticalScroll(id="help"):
+            yield Static("[b]gaplens[/b] — is the GPU busy, or not being fed?  (esc closes; ctrl+p lists every action)")
+            yield Static(keys)
+            yield Static(legend)
+
+    def action_dismiss(self) -> None:
+        self.dismiss(None)

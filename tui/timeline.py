@@ -1,0 +1,325 @@
+"""The timeline widget: a Line-API ScrollView that turns rasters into cached Strips.
+
+Rows scroll vertically; time is the Viewport, not a scroll offset. Any change to
+what is drawn bumps ``generation``, which keys the strip cache, so one increment
+invalidates every cached line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style as RichStyle
+from textual import events
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from loaders.model import LaneKind
+from tui import keys
+from tui.lanetree import Row, RowKind, gutter_label, visible_rows
+from tui.navigate import Selection, TimelineActions
+from tui.raster import (
+    BASE_MASK,
+    CURSOR,
+    LABEL,
+    MATCH,
+    REV,
+    SELECTED,
+    STYLE_CLASSES,
+    Raster,
+    RowData,
+    mark_events,
+    mark_gaps,
+    mark_span,
+    put_labels,
+    raster_row,
+    raster_rows,
+    runs,
+)
+from tui.viewmodel import TimelineModel
+from tui.viewport import Viewport
+
+_OVERLAYS = ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor"))
+_GUTTER, _GUTTER_CURSOR = -1, -2
+_GUTTER_CLASSES = {_GUTTER: "timeline--gutter", _GUTTER_CURSOR: "timeline--gutter-cursor"}
+_NO_GAPS = RowData.of_spans(np.empty(0, np.int64), np.empty(0, np.int64), 0)
+
+
+@dataclass
+class ViewportChanged(Message):
+    viewport: Viewport
+
+
+@dataclass
+class SelectionChanged(Message):
+    selection: Selection | None
+
+
+class Timeline(TimelineActions, ScrollView, can_focus=True):
+    """Lane-tree gutter on the left, bars on the right, one drawn row per line."""
+
+    BINDINGS = keys.bindings()
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        *STYLE_CLASSES,
+        "timeline--gutter",
+        "timeline--gutter-cursor",
+        "timeline--match",
+        "timeline--selected",
+        "timeline--cursor",
+    }
+    DEFAULT_CSS = """
+    Timeline { overflow-x: hidden; overflow-y: auto; }
+    """
+
+    def __init__(self, model: TimelineModel, mono: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.model = model
+        self.mono = mono
+        self.collapsed: set[str] = set()
+        self.rows: list[Row] = visible_rows(model.tree, self.collapsed)
+        self.row_cursor = 0
+        self.viewport = Viewport.fit(*model.extent, cols=80)
+        self.cursor_ns = (model.extent[0] + model.extent[1]) / 2
+        self.selection: Selection | None = None
+        self.matches = np.empty(0, np.int64)
+        self.phase = None  # the phase the view is filtered to
+        self.match_order = np.empty(0, np.int64)
+        self.generation = 0
+        self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._styles: dict[int, RichStyle] = {}
+        self._edges = self.viewport.edges()
+        self._width = 80
+        self._fitted = False
+
+    # ---- model and geometry ---------------------------------------------------
+    @property
+    def label_width(self) -> int:
+        return max(12, min(28, self.scrollable_content_region.width // 5))
+
+    @property
+    def cols(self) -> int:
+        return max(self.scrollable_content_region.width - self.label_width, 1)
+
+    def set_model(self, model: TimelineModel) -> None:
+        """Swap in a model with more readings (gaps, phases); the view stays where it is."""
+        self.model = model
+        self.rows = visible_rows(model.tree, self.collapsed)
+        self.row_cursor = min(self.row_cursor, max(len(self.rows) - 1, 0))
+        self._changed()
+
+    def on_resize(self, event: events.Resize) -> None:
+        if not self._fitted:
+            self._fitted = True
+            self.viewport = Viewport.fit(*self.model.extent, cols=self.cols)
+        else:
+            self.viewport = self.viewport.with_cols(self.cols)
+        self._changed()
+
+    def _changed(self, viewport: bool = True) -> None:
+        self.generation += 1
+        self._edges = self.viewport.edges()
+        self._width = self.scrollable_content_region.width
+        self.virtual_size = Size(self.scrollable_content_region.width, len(self.rows))
+        self.refresh()
+        if viewport:
+            self.post_message(ViewportChanged(self.viewport))
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._styles.clear()
+        self.generation += 1
+
+    def set_viewport(self, vp: Viewport) -> None:
+        self.viewport = vp
+        if not vp.t0_ns <= self.cursor_ns < vp.t1_ns:
+            self.cursor_ns = vp.t0_ns + vp.span_ns / 2
+        self._changed()
+
+    # ---- drawing --------------------------------------------------------------
+    def render_line(self, y: int) -> Strip:
+        i = self.scroll_offset.y + y
+        width = self._width
+        if i >= len(self.rows):
+            key = (self.generation, -1, width)
+            strip = self._cache.get(key)
+            if strip is None:
+                strip = self._cache[key] = Strip.blank(width, self.rich_style)
+            return strip
+        key = (self.generation, i, width)
+        strip = self._cache.get(key)
+        if strip is None:
+            # A miss means a new frame: draw every visible row in one pass, like a page of prefetch.
+            self._render_window(self.scroll_offset.y, self.scrollable_content_region.height)
+            strip = self._cache.get(key) or self.render_row(i)
+        return strip
+
+    def _render_window(self, top: int, height: int) -> None:
+        visible = range(max(top, 0), min(top + height, len(self.rows)))
+        events = [i for i in visible if self.rows[i].kind == RowKind.EVENTS]
+        m = self.model
+        rasters = raster_rows([m.row_data(self.rows[i]) for i in events], m.columns, self._edges, self.mono)
+        ready = dict(zip(events, rasters, strict=True))
+        width = self._width
+        for i in visible:
+            self._cache[(self.generation, i, width)] = self.render_row(i, ready.get(i))
+
+    def render_row(self, i: int, raster: Raster | None = None) -> Strip:
+        """One row: gutter label plus bars; O(cols × log n), no per-event loop."""
+        row = self.rows[i]
+        gw = self.label_width
+        label = gutter_label(row, self.collapsed, gw)
+        gstyle = self._style(_GUTTER_CURSOR if i == self.row_cursor else _GUTTER)
+        segments = [Segment(label, gstyle)]
+        r = self.raster(row, raster)
+        segments.extend(Segment(text, self._style(sid)) for text, sid in runs(r))
+        return Strip(segments, gw + self.viewport.cols)
+
+    def raster(self, row: Row, base: Raster | None = None) -> Raster:
+        """The raster of one drawn row with gaps, matches, selection, labels and cursor applied."""
+        edges = self._edges
+        m = self.model
+        data = m.row_data(row)
+        cols = edges.size - 1
+        if data is None:
+            r = Raster(
+                np.full(cols, ord(" "), np.uint32),
+                np.zeros(cols, np.int16),
+                np.zeros(cols, np.int64),
+                np.zeros(cols, np.int64),
+                np.zeros(cols),
+            )
+        else:
+            r = base if base is not None else raster_row(data, edges, self.mono)
+            if self._gap_row(row):
+                lg = m.readings.largest
+                span = (lg.start_ns, lg.end_ns) if lg is not None and lg.device == row.device else None
+                gaps = m.gap_rows.get(row.device)
+                if gaps is not None or span is not None:
+                    mark_gaps(r, gaps if gaps is not None else _NO_GAPS, span, edges)
+            mark_events(r, data, self.matches, MATCH)
+            put_labels(r, data, m.trace.names, m.trace.name_id)
+        sel = self.selection
+        if sel is not None and self._selection_row(row, sel, data):
+            mark_span(r, edges, sel.t0_ns, sel.t1_ns, SELECTED)
+        col = self.viewport.col_of(self.cursor_ns)
+        if 0 <= col < cols:
+            r.style[col] |= CURSOR
+        return r
+
+    def _gap_row(self, row: Row) -> bool:
+        if row.kind == RowKind.BUSY:
+            return True
+        if row.kind != RowKind.EVENTS or row.depth != 0:
+            return False
+        return self.model.trace.lanes[row.lane].kind == LaneKind.STREAM
+
+    def _selection_row(self, row: Row, sel: Selection, data) -> bool:
+        if sel.event >= 0:
+            return data is not None and data.base >= 0 and data.base <= sel.event < data.base + len(data)
+        if sel.gap is not None:
+            return row.kind == RowKind.BUSY and row.device == sel.gap.device
+        if sel.phase is not None:
+            return row.kind == RowKind.PHASES and self.model.phase_depth(sel.phase) == row.depth
+        return False
+
+    def _component(self, name: str) -> RichStyle:
+        return self.get_component_rich_style(name, partial=True)
+
+    def _style(self, sid: int) -> RichStyle:
+        style = self._styles.get(sid)
+        if style is None and sid < 0:
+            style = self._styles[sid] = self._component(_GUTTER_CLASSES[sid])
+        if style is None:
+            style = self._component(STYLE_CLASSES[sid & BASE_MASK])
+            if sid & (REV | LABEL):
+                # Fill the cell with the bar colour; the glyph or the name is the gap colour.
+                bg = self.rich_style.bgcolor
+                style = RichStyle(color=bg, bgcolor=style.color, bold=bool(sid & LABEL) and not self.mono)
+                if self.mono or bg is None:
+                    style = RichStyle(reverse=True)
+            for flag, name in _OVERLAYS:
+                if sid & flag:
+                    style = style + self._component(name)
+            self._styles[sid] = style
+        return style
+
+    # ---- helpers used by actions ---------------------------------------------
+    def current_row(self) -> Row | None:
+        return self.rows[self.row_cursor] if self.rows else None
+
+    def set_row_cursor(self, i: int) -> None:
+        self.row_cursor = max(0, min(i, len(self.rows) - 1))
+        self.scroll_to_region_row(self.row_cursor)
+        self._changed(viewport=False)
+
+    def scroll_to_region_row(self, i: int) -> None:
+        top = self.scroll_offset.y
+        height = self.scrollable_content_region.height
+        if i < top:
+            self.scroll_to(y=i, animate=False)
+        elif i >= top + height:
+            self.scroll_to(y=i - height + 1, animate=False)
+
+    def toggle(self, node: str) -> None:
+        if node in self.collapsed:
+            self.collapsed.discard(node)
+        else:
+            self.collapsed.add(node)
+        current = self.current_row()
+        self.rows = visible_rows(self.model.tree, self.collapsed)
+        if current is not None:
+            self.row_cursor = next((k for k, r in enumerate(self.rows) if r.node == current.node), 0)
+        self._changed(viewport=False)
+
+    def reveal_lane(self, lane: int, depth: int) -> None:
+        """Expand whatever hides (lane, depth) and put the row cursor on it."""
+        for _ in range(3):
+            hit = next((k for k, r in enumerate(self.rows) if r.lane == lane and r.depth == depth), None)
+            if hit is None:
+                hit = next((k for k, r in enumerate(self.rows) if r.lane == lane), None)
+            if hit is not None and (self.rows[hit].depth == depth or f"l:{lane}" not in self.collapsed):
+                self.set_row_cursor(hit)
+                return
+            # Something above hides it: expand every collapsed node and look again.
+            self.collapsed.clear()
+            self.rows = visible_rows(self.model.tree, self.collapsed)
+
+    def select(self, sel: Selection | None) -> None:
+        self.selection = sel
+        self._changed(viewport=False)
+        self.post_message(SelectionChanged(sel))
+
+    # ---- mouse ----------------------------------------------------------------
+    def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
+        if event.ctrl or event.shift:  # ctrl/shift + wheel zooms at the pointer; the plain wheel scrolls rows
+            event.prevent_default()
+            event.stop()
+            self._zoom_at(event.x, 0.5)
+
+    def on_mouse_scroll_down(self, event: events.MouseScrollDown) -> None:
+        if event.ctrl or event.shift:
+            event.prevent_default()
+            event.stop()
+            self._zoom_at(event.x, 2.0)
+
+    def _zoom_at(self, x: int, factor: float) -> None:
+        if x >= self.label_width:
+            self.cursor_ns = self.viewport.time_of(x - self.label_width + 0.5)
+        self.set_viewport(self.viewport.zoom(factor, self.cursor_ns))
+
+    def on_click(self, event: events.Click) -> None:
+        row = self.scroll_offset.y + event.y
+        if row < len(self.rows):
+            self.row_cursor = row
+        if event.x >= self.label_width:
+            self.cursor_ns = self.viewport.time_of(event.x - self.label_width + 0.5)
+            self.run_action("select")
+        elif row < len(self.rows) and self.rows[row].heads:
+            self.toggle(self.rows[row].node)
+        self._changed(viewport=False)

@@ -1,0 +1,197 @@
+"""What the timeline draws, precomputed once per trace: prefix sums, styles, device rows, readings.
+
+Everything here is vectorised and built in the loading worker; the widget only
+slices it per frame.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis.busy import BusySpans, device_busy, gpu_window
+from analysis.gaps import Gap
+from analysis.phases import Phase
+from analysis.units import fmt_ns
+from loaders.model import CPU_KINDS, Kind, Trace, clean_name
+from tui.lanetree import Node, Row, RowKind, build_tree
+from tui.raster import RowData, Style, event_styles
+from tui.readings import Readings
+
+
+@dataclass
+class TimelineModel:
+    trace: Trace
+    cum: np.ndarray  # prefix sums of event durations over the whole (row-sorted) trace
+    style: np.ndarray  # base Style per event
+    busy: dict[int, BusySpans]
+    extent: tuple[int, int]  # everything drawn
+    window: tuple[int, int]  # first to last GPU activity
+    readings: Readings = field(default_factory=Readings)
+    tree: list[Node] = field(default_factory=list)
+    busy_rows: dict[int, RowData] = field(default_factory=dict)
+    gap_rows: dict[int, RowData] = field(default_factory=dict)
+    phase_rows: list[RowData] = field(default_factory=list)
+    phase_list: list[Phase] = field(default_factory=list)
+    phase_depths: list[int] = field(default_factory=list)
+    _gap_arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    _flows: tuple[np.ndarray, np.ndarray] | None = None
+    _rows: dict[int, RowData] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return clean_name(os.path.basename(self.trace.meta.path) or "trace")
+
+    @property
+    def device_label(self) -> str:
+        names = sorted({clean_name(d.name) for d in self.trace.meta.devices if d.name})
+        return ", ".join(names) or "no GPU"
+
+    def busy_share(self, t0: int | None = None, t1: int | None = None) -> float:
+        """GPU busy share over [t0, t1) (default: the GPU window), summed over devices."""
+        a, b = self.window if t0 is None else (t0, t1)
+        if b is None or b <= a or not self.busy:
+            return 0.0
+        return sum(bs.busy_in(a, b) for bs in self.busy.values()) / ((b - a) * len(self.busy))
+
+    def header(self, phase: Phase | None = None) -> str:
+        a, b = (phase.start_ns, phase.end_ns) if phase else self.window
+        where = f"phase {clean_name(phase.name)}" if phase else "window"
+        return (
+            f"{self.title} · {self.device_label} · {where} {fmt_ns(b - a)} · "
+            f"GPU busy {100 * self.busy_share(a, b):.1f}% · {len(self.trace):,} events"
+        )
+
+    @property
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(start, end, prefix sums, style) over the whole trace, for batched rasters."""
+        return self.trace.start_ns, self.trace.end_ns, self.cum, self.style
+
+    # ---- rows ---------------------------------------------------------------
+    def row_data(self, row: Row) -> RowData | None:
+        if row.kind == RowKind.EVENTS:
+            data = self._rows.get(row.trace_row)
+            if data is None:  # views into the columns, made once per row
+                t = self.trace
+                b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
+                cum = self.cum[b : e + 1]
+                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
+                self._rows[row.trace_row] = data
+            return data
+        if row.kind == RowKind.BUSY:
+            return self.busy_rows.get(row.device)
+        if row.kind == RowKind.PHASES and row.depth < len(self.phase_rows):
+            return self.phase_rows[row.depth]
+        return None
+
+    def set_readings(self, readings: Readings) -> None:
+        """Attach gaps and phases (computed after the first frame) and rebuild what depends on them."""
+        self.readings = readings
+        self._gap_arrays = None
+        table = readings.gaps
+        marked = readings.marked()
+        self.gap_rows = {}
+        for dev in self.busy:
+            mine = marked[table.device[marked] == dev]
+            self.gap_rows[dev] = RowData.of_spans(table.start[mine], table.end[mine], Style.GAP)
+        self.phase_list = sorted(readings.phases, key=lambda p: (p.depth, p.start_ns))
+        self.phase_depths = sorted({p.depth for p in self.phase_list})[:4]
+        self.phase_rows = []
+        for d in self.phase_depths:
+            ps = sorted((p for p in self.phase_list if p.depth == d), key=lambda p: p.start_ns)
+            self.phase_rows.append(
+                RowData.of_spans(
+                    np.asarray([p.start_ns for p in ps], np.int64),
+                    np.asarray([p.end_ns for p in ps], np.int64),
+                    Style.PHASE,
+                    labels=[clean_name(p.name) for p in ps],
+                )
+            )
+        self.tree = build_tree(self.trace, phase_depths=len(self.phase_rows))
+
+    def phase_depth(self, phase: Phase) -> int:
+        """The phases sub-row a phase is drawn on."""
+        return self.phase_depths.index(phase.depth) if phase.depth in self.phase_depths else -1
+
+    def phase_at(self, row_depth: int, t_ns: float) -> Phase | None:
+        if row_depth >= len(self.phase_depths):
+            return None
+        depth = self.phase_depths[row_depth]
+        return next((p for p in self.phase_list if p.depth == depth and p.start_ns <= t_ns < p.end_ns), None)
+
+    def gap_at(self, device: int, t_ns: float) -> Gap | None:
+        k = self.readings.gaps.index_at(device, t_ns)
+        return self.readings.gaps[k] if k >= 0 else None
+
+    # ---- queries ------------------------------------------------------------
+    def gap_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Indices into ``readings.gaps``, starts and ends of the marked gaps, in time order (cached)."""
+        if self._gap_arrays is None:
+            marked = self.readings.marked()
+            table = self.readings.gaps
+            self._gap_arrays = (marked, table.start[marked], table.end[marked])
+        return self._gap_arrays
+
+    def launched_by(self, api_index: int) -> np.ndarray:
+        """GPU ops queued by one launch call; the flow index is built once, on first use."""
+        if self._flows is None:
+            self._flows = self.trace.flows
+        src, dst = self._flows
+        return dst[np.searchsorted(src, api_index, "left") : np.searchsorted(src, api_index, "right")]
+
+    def event_at(self, row: Row, t_ns: float, tol_ns: float) -> int | None:
+        """The event on ``row`` under ``t_ns`` or, failing that, the nearest within ``tol_ns``."""
+        if row.kind != RowKind.EVENTS:
+            return None
+        t = self.trace
+        idx = t.window(row.trace_row, int(t_ns - tol_ns), int(t_ns + tol_ns) + 1)
+        if idx.size == 0:
+            return None
+        s, e = t.start_ns[idx], t.end_ns[idx]
+        dist = np.where((s <= t_ns) & (e > t_ns), 0, np.minimum(np.abs(s - t_ns), np.abs(e - t_ns)))
+        return int(idx[int(np.argmin(dist))])
+
+    def search(self, text: str) -> np.ndarray:
+        """Sorted global indices of events whose name contains ``text`` (case-insensitive)."""
+        needle = text.casefold()
+        if not needle:
+            return np.empty(0, np.int64)
+        ids = [i for i, name in enumerate(self.trace.names) if needle in name.casefold()]
+        if not ids:
+            return np.empty(0, np.int64)
+        return np.flatnonzero(np.isin(self.trace.name_id, np.asarray(ids, dtype=self.trace.name_id.dtype)))
+
+
+def with_readings(model: TimelineModel, readings: Readings) -> TimelineModel:
+    """A copy of ``model`` with readings attached; built off the UI thread, swapped in whole."""
+    out = copy.copy(model)
+    out.set_readings(readings)
+    out.gap_arrays()  # built here, off the UI thread
+    return out
+
+
+def build_model(trace: Trace) -> TimelineModel:
+    """The per-trace precomputation the first frame needs (O(n) numpy, no readings yet)."""
+    dur = (trace.end_ns - trace.start_ns).astype(np.int64)
+    cum = np.zeros(dur.size + 1, dtype=np.int64)
+    np.cumsum(dur, out=cum[1:])
+    style = event_styles(trace.kind, trace.name_id, trace.names)
+    busy = {d.id: device_busy(trace, d.id) for d in trace.meta.devices}
+    busy = {d: b for d, b in busy.items() if b.start.size}
+    window = gpu_window(trace) if len(trace) else (0, 1)
+    extent = (int(trace.start_ns.min()), int(trace.end_ns.max())) if len(trace) else (0, 1)
+    model = TimelineModel(trace, cum, style, busy, extent, window)
+    model.busy_rows = {d: RowData(b.start, b.end, b.end, b.cum, int(Style.BUSY)) for d, b in busy.items()}
+    model.tree = build_tree(trace)
+    return model
+
+
+def is_host(kind: int) -> bool:
+    return kind in {int(k) for k in CPU_KINDS}
+
+
+def is_api(kind: int) -> bool:
+    return kind == int(Kind.CUDA_API)
