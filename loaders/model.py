@@ -399,7 +399,7 @@ def build_trace(
         row_lane = np.empty(0, np.int32)
         row_depth = np.empty(0, np.int16)
         row_offsets = np.zeros(1, np.int64)
-    row_maxend = _running_max_per_row(end_ns, row_offsets)
+    row_maxend = running_max_per_row(end_ns, row_offsets)
     launch = link_launches(kind, corr, scope)
 
     return Trace(
@@ -424,7 +424,7 @@ def build_trace(
     )
 
 
-def _running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
+def running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
     if end_ns.size == 0:
         return end_ns.copy()
     first = np.zeros(end_ns.size, dtype=bool)
