@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.busy import BusySpans, gpu_work
-from loaders.model import Kind, LaneKind, Trace
+from loaders.model import Kind, LaneKind, Trace, segmented_max
 
 # The profiler's own step markers are not the user's phases.
 _PROFILER_NAMES = re.compile(r"^(ProfilerStep#\d+|PyTorch Profiler.*)$")
@@ -54,20 +54,24 @@ class MarkerClock:
         order = np.lexsort((queued, lane))
         self.lane, self.queued = lane[order], queued[order]
         ends = trace.end_ns[idx][order]
-        # Running max of ends restarted per lane (lanes are contiguous after the sort).
-        self.reach = ends.copy()
-        bounds = np.flatnonzero(np.diff(self.lane)) + 1
-        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, self.lane.size], strict=True):
-            self.reach[lo:hi] = np.maximum.accumulate(ends[lo:hi])
+        first = np.ones(self.lane.size, dtype=bool)
+        first[1:] = self.lane[1:] != self.lane[:-1]
+        self.reach = segmented_max(ends, first) if ends.size else ends
+        # Each GPU lane's slice of the (lane, queued)-sorted arrays.
+        self.lanes = self.lane[first]
+        self.bounds = np.r_[np.flatnonzero(first), self.lane.size]
         busy = np.bincount(lane, weights=trace.end_ns[idx] - trace.start_ns[idx]) if idx.size else []
         self.main_lane = int(np.argmax(busy)) if len(busy) else -1
 
     def stream_for(self, t0: int, t1: int) -> int:
-        """The lane that ran most of the GPU ops queued during [t0, t1)."""
-        hit = (self.queued >= t0) & (self.queued < t1)
-        if not hit.any():
-            return self.main_lane
-        return int(np.bincount(self.lane[hit]).argmax())
+        """The lane that ran most of the GPU ops queued during [t0, t1): O(lanes × log n)."""
+        best, best_count = self.main_lane, 0
+        for k, lane in enumerate(self.lanes.tolist()):
+            seg = self.queued[self.bounds[k] : self.bounds[k + 1]]
+            count = int(np.searchsorted(seg, t1, "left") - np.searchsorted(seg, t0, "left"))
+            if count > best_count:
+                best, best_count = lane, count
+        return best
 
     def at(self, lane: int, t: int) -> int:
         lo = int(np.searchsorted(self.lane, lane, "left"))

@@ -5,14 +5,12 @@ The budget (issue 4) is 2 s for the three readings of a 1M-event trace on the de
 
 from __future__ import annotations
 
-import copy
 import time
 from pathlib import Path
 
-import numpy as np
-
+from bench.tiling import tile_to
 from loaders import load
-from loaders.model import Trace, build_trace
+from loaders.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CANDIDATES = (
@@ -20,35 +18,6 @@ SAMPLE_CANDIDATES = (
     ROOT.parent / "shared" / "samples" / "decode_eager.json.gz",
 )
 BUDGET_S = 2.0
-
-
-def tile(trace: Trace, target_events: int) -> Trace:
-    """Repeat a trace back to back in time until it holds at least ``target_events`` events."""
-    reps = max(1, -(-target_events // max(len(trace), 1)))
-    span = int(trace.end_ns.max()) - int(trace.start_ns.min()) + 1_000_000
-    corr_step = int(trace.corr.max()) + 1 if len(trace) else 1
-    k = np.repeat(np.arange(reps, dtype=np.int64), len(trace))
-
-    def rep(a: np.ndarray) -> np.ndarray:
-        return np.tile(a, reps)
-
-    corr = rep(trace.corr)
-    corr = np.where(corr >= 0, corr + k * corr_step, -1)
-    meta = copy.deepcopy(trace.meta)
-    return build_trace(
-        meta,
-        list(trace.lanes),
-        list(trace.names),
-        list(trace.details),
-        rep(trace.lane),
-        rep(trace.start_ns) + k * span,
-        rep(trace.end_ns) + k * span,
-        rep(trace.name_id),
-        rep(trace.kind),
-        corr,
-        rep(trace.bytes),
-        rep(trace.detail_id),
-    )
 
 
 def _sample() -> Path | None:
@@ -87,7 +56,7 @@ def run(args) -> None:
     base = load(str(path))
     target = 200_000 if getattr(args, "quick", False) else 1_000_000
     t = time.perf_counter()
-    big = tile(base, target)
+    big = tile_to(base, target)
     print(f"synthetic trace: {len(big):,} events ({path.name} tiled), built in {time.perf_counter() - t:.2f} s")
     best: dict[str, float] = {}
     for _ in range(1 if getattr(args, "quick", False) else 5):

@@ -14,63 +14,11 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-
+from bench.tiling import tile_trace
 from loaders import load
-from loaders.model import Trace, _running_max_per_row
 
 SAMPLE = Path(__file__).resolve().parent.parent.parent / "shared" / "samples" / "decode_eager.json.gz"
 SIZE = (200, 60)
-
-
-def tile_trace(trace: Trace, times: int) -> Trace:
-    """``times`` copies of ``trace`` end to end, built row by row (no re-sort of n events)."""
-    span = int(trace.end_ns.max()) + 1_000_000
-    offs = trace.row_offsets
-    lens = np.diff(offs)
-    new_offs = np.concatenate(([0], np.cumsum(lens * times))).astype(np.int64)
-    n = int(new_offs[-1])
-    # For every new slot: (source event, tile number), row by row.
-    src = np.empty(n, np.int64)
-    tile = np.empty(n, np.int64)
-    for r in range(lens.size):  # per row (tens), never per event
-        b, e = int(offs[r]), int(offs[r + 1])
-        lo, hi = int(new_offs[r]), int(new_offs[r + 1])
-        src[lo:hi] = np.tile(np.arange(b, e), times)
-        tile[lo:hi] = np.repeat(np.arange(times), e - b)
-    row_of = np.repeat(np.arange(lens.size), lens)
-
-    # Where event i of tile k lands, to remap launch links.
-    def new_index(i: np.ndarray, k: np.ndarray) -> np.ndarray:
-        r = row_of[i]
-        return new_offs[r] + k * lens[r] + (i - offs[r])
-
-    launch = trace.launch[src]
-    has = launch >= 0
-    launch = np.where(has, new_index(np.maximum(launch, 0), tile), -1)
-    corr_span = int(trace.corr.max()) + 1
-    start = trace.start_ns[src] + tile * span
-    end = trace.end_ns[src] + tile * span
-    return Trace(
-        meta=trace.meta,
-        lanes=trace.lanes,
-        names=trace.names,
-        details=trace.details,
-        lane=trace.lane[src],
-        depth=trace.depth[src],
-        start_ns=start,
-        end_ns=end,
-        name_id=trace.name_id[src],
-        kind=trace.kind[src],
-        corr=np.where(trace.corr[src] >= 0, trace.corr[src] + tile * corr_span, -1),
-        bytes=trace.bytes[src],
-        detail_id=trace.detail_id[src],
-        launch=launch,
-        row_lane=trace.row_lane,
-        row_depth=trace.row_depth,
-        row_offsets=new_offs,
-        row_maxend=_running_max_per_row(end, new_offs),
-    )
 
 
 CPU_MS: list[float] = []  # thread CPU time of each frame: what the frame costs without other load

@@ -251,7 +251,7 @@ def pack_depths(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     new_lane = np.empty(n, dtype=bool)
     new_lane[0] = True
     new_lane[1:] = lane[1:] != lane[:-1]
-    reach = _segmented_max(end, new_lane)
+    reach = segmented_max(end, new_lane)
     overlaps = np.zeros(n, dtype=bool)
     overlaps[1:] = (start[1:] < reach[:-1]) & ~new_lane[1:]
     if not overlaps.any():
@@ -306,7 +306,7 @@ def _clashes(lane: np.ndarray, depth: np.ndarray, start: np.ndarray, end: np.nda
     new_row = np.empty(row.size, dtype=bool)
     new_row[0] = True
     new_row[1:] = row[1:] != row[:-1]
-    reach = _segmented_max(e, new_row)
+    reach = segmented_max(e, new_row)
     prev_reach = np.empty_like(reach)
     prev_reach[0] = np.iinfo(np.int64).min
     prev_reach[1:] = reach[:-1]
@@ -317,7 +317,7 @@ def _clashes(lane: np.ndarray, depth: np.ndarray, start: np.ndarray, end: np.nda
     return clash
 
 
-def _segmented_max(values: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
+def segmented_max(values: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
     """Running max of ``values`` restarted wherever ``segment_start`` is True."""
     seg = np.cumsum(segment_start) - 1
     lo = int(values.min())
@@ -399,7 +399,7 @@ def build_trace(
         row_lane = np.empty(0, np.int32)
         row_depth = np.empty(0, np.int16)
         row_offsets = np.zeros(1, np.int64)
-    row_maxend = _running_max_per_row(end_ns, row_offsets)
+    row_maxend = running_max_per_row(end_ns, row_offsets)
     launch = link_launches(kind, corr, scope)
 
     return Trace(
@@ -424,12 +424,12 @@ def build_trace(
     )
 
 
-def _running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
+def running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:
     if end_ns.size == 0:
         return end_ns.copy()
     first = np.zeros(end_ns.size, dtype=bool)
     first[row_offsets[:-1]] = True
-    return _segmented_max(end_ns, first)
+    return segmented_max(end_ns, first)
 
 
 def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray) -> np.ndarray:
