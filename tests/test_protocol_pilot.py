@@ -252,7 +252,8 @@ def test_palette_lists_protocol_commands(trace_copy: Path) -> None:
         async with app.run_test(size=SIZE) as pilot:
             await _ready(app, pilot)
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            assert "Reading protocol" in titles and "Pin a note to the cursor or the selected event" in titles
+            assert "Guided reading: the six-step protocol" in titles
+            assert "Pin a note to the cursor or the selected event" in titles
 
     _run(main())
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from rich.text import Text
 from textual import work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import ComposeResult, SystemCommand
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -23,6 +23,7 @@ from loaders import TraceError, load
 from loaders.model import Trace, clean_name
 from tui.details import Details
 from tui.keys import KEYS
+from tui.protocol import ProtocolApp
 from tui.readings import compute
 from tui.screens.help import HelpScreen
 from tui.screens.prompts import PhaseScreen, SearchScreen
@@ -55,7 +56,7 @@ class Ruler(Static):
         self.update(Text(" " * gutter + ruler_text(vp), no_wrap=True, overflow="crop"))
 
 
-class GaplensApp(App[int]):
+class GaplensApp(ProtocolApp):
     CSS_PATH = "app.tcss"
     TITLE = "gaplens"
 

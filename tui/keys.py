@@ -31,6 +31,7 @@ KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("n", "next_match", "Next match", False),
     ("N", "prev_match", "Previous match", False),
     ("p", "app.phase", "Filter to a phase", True),
+    ("P", "app.protocol", "Guided reading: the six-step protocol", False),
     ("i", "app.toggle_details", "Show / hide details", False),
     ("escape", "clear", "Clear selection and search", False),
     ("question_mark", "app.help", "Help", True),
@@ -48,6 +49,7 @@ _SHORT = {
     "flow": "flow",
     "app.search": "search",
     "app.phase": "phase",
+    "app.protocol": "guide",
     "app.help": "help",
     "app.quit": "quit",
 }

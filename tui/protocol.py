@@ -29,9 +29,8 @@ from analysis.units import fmt_ns
 from tui.notes_panel import LineInput, NoteAction, NotesPanel
 from tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
-#: (key, action, palette title, palette help)
+#: (key, action, palette title, palette help); P itself is in ``tui.keys.KEYS`` with the viewer's keys.
 PROTOCOL_KEYS = (
-    ("P", "protocol", "Reading protocol", "the six-step guided reading (P)"),
     ("right_square_bracket", "protocol_step(1)", "Protocol: next step", "]"),
     ("left_square_bracket", "protocol_step(-1)", "Protocol: previous step", "["),
     ("e", "write_answer", "Protocol: write your answer for this step", "e"),
@@ -54,7 +53,7 @@ class ProtocolApp(App[int]):
     """The guided reading, mixed into the viewer app as a base class."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding(key, action, "protocol" if key == "P" else title, show=key == "P", key_display=_DISPLAY.get(key))
+        Binding(key, action, title, show=False, key_display=_DISPLAY.get(key))
         for key, action, title, _ in PROTOCOL_KEYS
     ]
 
@@ -73,7 +72,8 @@ class ProtocolApp(App[int]):
             first = self._base_phases is None
             self._base_phases = list(self.model.readings.phases)
             self._apply_phases()
-            if first and not self.query(ProtocolPanel):
+            # A hint for people, not for headless runs (tests, snapshots).
+            if first and not self.is_headless and not self.query(ProtocolPanel):
                 self.notify("New to this trace? Press P for the six-step guided reading.", timeout=8)
 
     def _open_notes(self) -> None:
