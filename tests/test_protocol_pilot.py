@@ -65,6 +65,7 @@ def test_walk_all_six_steps(trace_copy: Path) -> None:
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
             tl = await _ready(app, pilot)
+            trace = app.model.trace
             await pilot.press("P")
             panel = await _walk_ready(app, pilot)
             walk = app.walkthrough
@@ -105,8 +106,12 @@ def test_walk_all_six_steps(trace_copy: Path) -> None:
             assert "cause:" in panel.facts_text
             if step5.view.select:
                 assert set(tl.matches.tolist()) == set(step5.view.select)
-                assert tl.selection.event == int(tl.match_order[0])
-                assert _in_view(tl, gap.start_ns, gap.end_ns)
+                assert tl.selection.event in step5.view.select
+                assert _in_view(tl, gap.start_ns, gap.end_ns) and tl.viewport.span_ns < 3 * gap.dur_ns
+                # The selected evidence is host work covering the region, not wider than twice it.
+                sel_s, sel_e = trace.start_ns[tl.selection.event], trace.end_ns[tl.selection.event]
+                assert sel_s < gap.end_ns and sel_e > gap.start_ns and sel_e - sel_s <= 2 * gap.dur_ns
+                assert int(trace.kind[tl.selection.event]) not in (5, 6, 7)  # not a kernel or a copy
             else:
                 assert "collect a better trace" in panel.facts_text
 

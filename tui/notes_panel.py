@@ -71,7 +71,10 @@ class NotesPanel(Vertical, can_focus=False):
     """Every note of the trace in time order; enter jumps, e edits, x deletes, escape leaves."""
 
     DEFAULT_CSS = """
-    NotesPanel { dock: right; width: 46; height: 1fr; border-left: solid $primary; padding: 0 1; }
+    NotesPanel {
+        dock: right; width: 42%; min-width: 34; max-width: 56; height: 1fr;
+        border-left: solid $primary; padding: 0 1;
+    }
     NotesPanel > #notes-title { text-style: bold; }
     NotesPanel > #notes-list { height: 1fr; border: none; }
     NotesPanel > #notes-keys { color: $text-muted; height: auto; }

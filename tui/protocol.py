@@ -188,10 +188,12 @@ class ProtocolApp(App[int]):
             return
         tl.select_gap(gap, frame=True)
         if n == 5 and step.view.select:
+            framed = tl.viewport
             ev = np.asarray(step.view.select, dtype=np.int64)
-            tl.matches = ev
+            tl.matches = ev  # all evidence marked in place; n / N walk through it
             tl.match_order = ev[np.argsort(tl.model.trace.start_ns[ev], kind="stable")]
-            tl.select_event(int(tl.match_order[0]))
+            tl.select_event(focus_evidence(tl.model.trace, ev, gap))
+            tl.set_viewport(framed)  # selecting must not move the view off the gap
 
     def _cursor_to_phases(self, tl) -> None:
         from tui.lanetree import RowKind
@@ -421,6 +423,19 @@ class ProtocolApp(App[int]):
         yield from super().get_system_commands(screen)
         for _key, action, title, keys in PROTOCOL_KEYS:
             yield SystemCommand(title, f"keys: {keys}", _runner(self, action))
+
+
+def focus_evidence(trace, ev: np.ndarray, gap) -> int:
+    """The evidence to select first: the host event covering most of the gap, not wider than it."""
+    from loaders.model import GPU_WORK_KINDS
+
+    s, e = trace.start_ns[ev], trace.end_ns[ev]
+    overlap = np.minimum(e, gap.end_ns) - np.maximum(s, gap.start_ns)
+    host = ~np.isin(trace.kind[ev], np.asarray([int(k) for k in GPU_WORK_KINDS], dtype=trace.kind.dtype))
+    fits = host & (e - s <= 2 * max(gap.dur_ns, 1)) & (overlap > 0)
+    if not fits.any():
+        return int(ev[0])
+    return int(ev[np.flatnonzero(fits)[np.argmax(overlap[fits])]])
 
 
 def _runner(app: App, action: str):

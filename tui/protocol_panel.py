@@ -45,7 +45,10 @@ class ProtocolPanel(Vertical):
     """Docked on the right while protocol mode is on; the app moves the timeline per step."""
 
     DEFAULT_CSS = """
-    ProtocolPanel { dock: right; width: 50; height: 1fr; border-left: solid $accent; padding: 0 1; }
+    ProtocolPanel {
+        dock: right; width: 42%; min-width: 34; max-width: 56; height: 1fr;
+        border-left: solid $accent; padding: 0 1;
+    }
     ProtocolPanel > #protocol-title { text-style: bold; color: $accent; height: auto; }
     ProtocolPanel > #protocol-progress { color: $text-muted; height: auto; }
     ProtocolPanel > #protocol-question { text-style: italic; height: auto; margin: 1 0 0 0; }
