@@ -226,6 +226,7 @@ class Walkthrough:
         if g.message:
             facts.append(g.message)
         facts.extend(self._better_trace(g))
+        facts.extend(profiler_overhead(self.trace, g))
         for i in evidence[:6]:
             facts.append("evidence: " + describe(self.trace, i))
         view = View(window_ns=gap_view(g, self.trace), highlight_ns=(g.start_ns, g.end_ns), select=evidence)
@@ -281,6 +282,24 @@ def describe(trace: Trace, i: int) -> str:
     dur = fmt_ns(int(trace.end_ns[i] - trace.start_ns[i]))
     extra = f", {fmt_bytes(int(trace.bytes[i]))}" if int(trace.bytes[i]) else ""
     return f"{name} ({lane}, {dur}{extra})"
+
+
+def profiler_overhead(trace: Trace, g: Gap) -> list[str]:
+    """A warning when the profiler's own work (buffer flushes) covers much of the gap: an artefact."""
+    idx = np.flatnonzero((trace.kind == int(Kind.OVERHEAD)) & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns))
+    if idx.size == 0 or g.dur_ns <= 0:
+        return []
+    from analysis.busy import union
+
+    s, e = union(np.maximum(trace.start_ns[idx], g.start_ns), np.minimum(trace.end_ns[idx], g.end_ns))
+    share = int((e - s).sum()) / g.dur_ns
+    if share < 0.25:
+        return []
+    name = trace.names[int(trace.name_id[idx[0]])]
+    return [
+        f"note: profiler overhead ({name}) covers {100 * share:.0f}% of this region: it may be an artefact "
+        "of tracing; check the next-largest blank region too (g / G)"
+    ]
 
 
 def fallback_evidence(trace: Trace, g: Gap, limit: int = 8) -> list[int]:

@@ -58,6 +58,8 @@ def test_eager_steps(eager: Walkthrough) -> None:
         assert trace.start_ns[i] <= g.end_ns and trace.end_ns[i] >= g.start_ns
     assert any(f.startswith("evidence: ") for f in s5.facts)
     assert s5.facts[0].startswith("cause: launch")  # eager decode is launch-bound
+    # This region is the profiler flushing its buffers (overhead lane): say so rather than blame the code.
+    assert any(f.startswith("note: profiler overhead (Activity Buffer Request) covers 9") for f in s5.facts)
     # 6: the lever of the smell at the gap, offered as the experiment, and the compare command.
     assert s6.facts[0] == "closest smell: launch picket fence"
     assert s6.facts[1].startswith("lever: ") and "CUDA graphs" in s6.facts[1]
@@ -78,6 +80,7 @@ def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
     assert g.dur_ns == max(r.dur_ns for r in blank_regions(smells.trace))
     assert g.on_critical_path and smells.critical_path_analysed
     assert smells.step(5).facts[0].startswith("cause: host")
+    assert not any("profiler overhead" in f for f in smells.step(5).facts)
     assert smells.step(6).facts[0] == "closest smell: host island"
     assert "on the critical path" in s4.facts[0]
 
