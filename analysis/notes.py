@@ -417,7 +417,7 @@ def notes_markdown(notes: Notes | None, heading: str = "##", answers: bool = Tru
         return ""
     if not answers and not (notes.phases or notes.notes):
         return ""
-    lines = [f"{heading} Your reading", ""] if answers else [f"{heading} Your notes", ""]
+    lines = [f"{heading} Your reading", ""] if answers else [f"{heading} Your annotations", ""]
     for step, title in STEP_TITLES.items():
         answer = notes.answers.get(step) if answers else None
         if answer:
