@@ -185,7 +185,11 @@ class Walkthrough:
         for fam, (b, d) in by_fam.items():
             if d > 0:
                 facts.append(f"{fam}: {busy_verdict(100.0 * b / d)}")
-        return self._make(3, facts[:12], View(window_ns=self.window_ns, show_phases=True))
+        for m in self.notes.phases if self.notes else []:
+            if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
+                pct = 100.0 * self.busy.busy_in(m.start_ns, m.end_ns) / (m.end_ns - m.start_ns)
+                facts.append(f"{m.name} (yours): {busy_verdict(pct)}")
+        return self._make(3, facts[:16], View(window_ns=self.window_ns, show_phases=True))
 
     # ---- 4. zoom in ---------------------------------------------------------
     def _step4(self) -> Step:

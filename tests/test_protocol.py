@@ -121,3 +121,14 @@ def test_protocol_markdown_quotes_answers_once(smells: Walkthrough) -> None:
     assert md.count("tokenize in a worker thread") == 1
     assert "> toy loop, batch 1" in md and "host island starts here" in md
     assert "GPU mostly waiting: 37% busy" in md
+
+
+def test_marked_phase_gets_its_busy_share() -> None:
+    trace = loaded("smells.json.gz")
+    tok = next(p for p in Walkthrough(trace).phases if p.name == "tokenize")
+    n = Notes()
+    n.mark_phase("regex work", tok.start_ns, tok.end_ns)
+    walk = Walkthrough(trace, n)
+    assert "regex work (yours): mostly waiting: 0% busy" in walk.step(3).facts
+    walk.refresh_notes(Notes())
+    assert not any("(yours)" in f for f in walk.step(3).facts)
