@@ -54,30 +54,30 @@ def load(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
     """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep."""
     path = os.fspath(path)
     head = _head(path)
-    if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep"):
+    if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
         from loaders.nsys import load_nsys
 
         return load_nsys(path, progress)
-    data, warnings = read_bytes(path, progress)
-    if data.startswith(SQLITE_MAGIC):
-        from loaders.nsys import load_nsys
-
-        return load_nsys(path, progress)
-    stripped = data.lstrip()[:1]
-    if stripped not in (b"{", b"["):
-        if not data.strip():
-            raise TraceError(f"{path}: the file is empty")
-        raise TraceError(f"{path}: not a trace (neither Kineto JSON nor an nsys SQLite export)")
+    if not head:
+        raise TraceError(f"{path}: the file is empty")
     from loaders.kineto import load_kineto, require_events
 
-    trace = load_kineto(data, path, progress)
-    trace.meta.warnings[:0] = warnings
-    return require_events(trace)
+    return require_events(load_kineto(path, progress))
+
+
+def _gunzipped_head(head: bytes) -> bytes:
+    """The first decompressed bytes of a gzip file (b"" when not gzip or unreadable)."""
+    if not head.startswith(GZIP_MAGIC):
+        return b""
+    try:
+        return zlib.decompressobj(wbits=47).decompress(head, 16)
+    except zlib.error:
+        return b""
 
 
 def _head(path: str) -> bytes:
     """First bytes of a file, to sniff the format before reading it all."""
-    return _read(path, 16)
+    return _read(path, 4096)
 
 
 def _read(path: str, size: int = -1) -> bytes:
