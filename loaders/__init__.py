@@ -50,10 +50,28 @@ def read_bytes(path: str, progress: Progress | None = None) -> tuple[bytes, list
     return bytes(out), []
 
 
-def load(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
-    """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep."""
+def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: bool = True) -> Trace:
+    """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep.
+
+    A trace built before (same absolute path, size and mtime) comes from the cache.
+    """
     path = os.fspath(path)
     head = _head(path)
+    if use_cache:
+        from loaders import cache
+
+        hit = cache.lookup(path)
+        if hit is not None:
+            return hit
+    trace = _load(path, head, progress)
+    if use_cache:
+        if progress is not None:
+            progress("caching", 1.0)
+        cache.store(path, trace)
+    return trace
+
+
+def _load(path: str, head: bytes, progress: Progress | None) -> Trace:
     if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
         from loaders.nsys import load_nsys
 

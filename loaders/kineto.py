@@ -31,6 +31,9 @@ Progress = Callable[[str, float], None]
 BLOCK_SIZE = 4 << 20  # bytes of JSON per Arrow parse: big enough for threads, small for the peak
 _READ = pj.ReadOptions(use_threads=True, block_size=1 << 20)
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+# The system allocator gives freed parse buffers back to malloc, where the numpy work
+# after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
+_POOL = pa.system_memory_pool()
 # A string pid/tid moves to its own field so the int column keeps one type.
 _RENAMES = tuple(
     (f'"{key}"{sep}"'.encode(), f'"{key[0]}is"{sep}"'.encode()) for key in ("pid", "tid") for sep in (": ", ":")
@@ -64,17 +67,21 @@ def _parse(ctx: Context, ndjson: bytes) -> list[Block]:
         if pattern in ndjson:
             ndjson = ndjson.replace(pattern, renamed)
     try:
-        table = pj.read_json(pa.BufferReader(ndjson), read_options=_READ, parse_options=_PARSE)
+        table = _read_json(ndjson)
     except pa.ArrowInvalid as exc:
         if "UTF8" not in str(exc).upper():
             return [from_lines(ctx, ndjson)]
         # Invalid UTF-8 (old writers): replace the bad bytes and try once more.
         ndjson = ndjson.decode("utf-8", "replace").encode()
         try:
-            table = pj.read_json(pa.BufferReader(ndjson), read_options=_READ, parse_options=_PARSE)
+            table = _read_json(ndjson)
         except pa.ArrowInvalid:
             return [from_lines(ctx, ndjson)]
     return [from_arrow(ctx, batch) for batch in table.combine_chunks().to_batches()]
+
+
+def _read_json(ndjson: bytes) -> pa.Table:
+    return pj.read_json(pa.BufferReader(ndjson), read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
 
 
 def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
@@ -94,7 +101,10 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
             props[as_int(dev["id"], -1)] = dev
 
     def cat(name: str, dtype) -> np.ndarray:
+        # Drop each block's column once joined, so the peak holds one copy, not two.
         parts = [getattr(b, name) for b in blocks]
+        for b in blocks:
+            setattr(b, name, None)
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
 
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)

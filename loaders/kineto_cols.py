@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -200,14 +201,17 @@ def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray
     """Lane ids (in order of first appearance over the file) for (kind, a, b) triples."""
     if lane_kind.size == 0:
         return np.empty(0, np.int32)
-    keys, inverse = np.unique(np.stack((lane_kind.astype(np.int64), a, b)), axis=1, return_inverse=True)
-    first = np.full(keys.shape[1], lane_kind.size, np.int64)
-    np.minimum.at(first, inverse.ravel(), np.arange(lane_kind.size))
-    lut = np.empty(keys.shape[1], np.int32)
-    for j in np.argsort(first, kind="stable").tolist():
-        key = (int(keys[0, j]), int(keys[1, j]), int(keys[2, j]))
-        lut[j] = ctx.lanes.setdefault(key, len(ctx.lanes))
-    return lut[inverse.ravel()]
+    # Hash factorisation keeps first-appearance order and avoids sorting every event.
+    ca, ua = pd.factorize(a)
+    cb, ub = pd.factorize(b)
+    key = (lane_kind.astype(np.int64) * len(ua) + ca) * len(ub) + cb
+    codes, uniq = pd.factorize(key)
+    lut = np.empty(len(uniq), np.int32)
+    for j, k in enumerate(uniq.tolist()):
+        rest, ib = divmod(k, len(ub))
+        kind, ia = divmod(rest, len(ua))
+        lut[j] = ctx.lanes.setdefault((int(kind), int(ua[ia]), int(ub[ib])), len(ctx.lanes))
+    return lut[codes]
 
 
 # ---- Arrow path --------------------------------------------------------------
@@ -223,8 +227,13 @@ def _valid(arr: pa.Array) -> np.ndarray:
 
 def _dict(arr: pa.Array, null: str) -> tuple[np.ndarray, list[str]]:
     """Codes and unique values of a string column; nulls become ``null``."""
-    enc = pc.dictionary_encode(pc.fill_null(arr, null))
-    return enc.indices.to_numpy(zero_copy_only=False), enc.dictionary.to_pylist()
+    enc = pc.dictionary_encode(arr)
+    uniq = enc.dictionary.to_pylist()
+    codes = enc.indices
+    if codes.null_count:
+        codes = pc.fill_null(codes, len(uniq))
+        uniq.append(null)
+    return codes.to_numpy(zero_copy_only=False), uniq
 
 
 def _time(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
