@@ -48,11 +48,13 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     blocks: list[Block] = []
     for ndjson in frame_events(source.chunks(), framed, BLOCK_SIZE):
         blocks.extend(_parse(ctx, ndjson))
-    warnings = source.warnings + framed.warnings
+    # A cut gzip stream also cuts the JSON: one line says both.
+    damage = "; ".join(source.warnings + framed.warnings)
     if framed.events == 0:
-        if warnings:
-            raise TraceError(f"{path}: damaged before its first event ({warnings[-1]})")
+        if damage:
+            raise TraceError(f"{path}: damaged before its first event ({damage})")
         raise TraceError(f"{path}: the trace holds no events (empty traceEvents)")
+    warnings = [damage] if damage else []
     if ctx.malformed:
         warnings.append(f"{ctx.malformed} malformed events skipped")
     if ctx.bad_time:
@@ -68,15 +70,8 @@ def _parse(ctx: Context, ndjson: bytes) -> list[Block]:
             ndjson = ndjson.replace(pattern, renamed)
     try:
         table = _read_json(ndjson)
-    except pa.ArrowInvalid as exc:
-        if "UTF8" not in str(exc).upper():
-            return [from_lines(ctx, ndjson)]
-        # Invalid UTF-8 (old writers): replace the bad bytes and try once more.
-        ndjson = ndjson.decode("utf-8", "replace").encode()
-        try:
-            table = _read_json(ndjson)
-        except pa.ArrowInvalid:
-            return [from_lines(ctx, ndjson)]
+    except pa.ArrowInvalid:
+        return [from_lines(ctx, ndjson)]
     return [from_arrow(ctx, batch) for batch in table.combine_chunks().to_batches()]
 
 

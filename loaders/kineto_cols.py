@@ -225,10 +225,19 @@ def _valid(arr: pa.Array) -> np.ndarray:
     return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
+def strings(arr: pa.Array) -> list:
+    """Python strings of a string column; Arrow does not check UTF-8, so bad bytes are replaced."""
+    try:
+        return arr.to_pylist()
+    except UnicodeDecodeError:
+        raw = arr.cast(pa.binary()).to_pylist()
+        return [None if b is None else b.decode("utf-8", "replace") for b in raw]
+
+
 def _dict(arr: pa.Array, null: str) -> tuple[np.ndarray, list[str]]:
     """Codes and unique values of a string column; nulls become ``null``."""
     enc = pc.dictionary_encode(arr)
-    uniq = enc.dictionary.to_pylist()
+    uniq = strings(enc.dictionary)
     codes = enc.indices
     if codes.null_count:
         codes = pc.fill_null(codes, len(uniq))
@@ -400,8 +409,8 @@ def _details_arrow(ctx, detail_id, args, rows, kind, lane_kind, nbytes) -> None:
 def _metadata_arrow(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> None:
     """Process and thread names from the (few) ``M`` events; the first name wins."""
     sub = batch.take(pa.array(rows))
-    names = sub.column("name").to_pylist()
-    values = sub.column("args").field("name").to_pylist()
+    names = strings(sub.column("name"))
+    values = strings(sub.column("args").field("name"))
     pids = _either(sub.column("pid"), sub.column("pis"))
     tids = _either(sub.column("tid"), sub.column("tis"))
     for name, value, pid, tid in zip(names, values, pids, tids, strict=True):
@@ -418,4 +427,4 @@ def _metadata(ctx: Context, name, value, pid, tid) -> None:
 
 
 def _either(ints: pa.Array, strs: pa.Array) -> list:
-    return [i if i is not None else s for i, s in zip(ints.to_pylist(), strs.to_pylist(), strict=True)]
+    return [i if i is not None else s for i, s in zip(ints.to_pylist(), strings(strs), strict=True)]
