@@ -23,7 +23,9 @@ _CORR = re.compile(rb'("correlation": ?)(\d+)')
 def _events(sample: str) -> tuple[bytes, bytes]:
     """(text before the event array, events as NDJSON) of a real sample."""
     framed = Framed()
-    ndjson = b"\n".join(frame_events(Source(sample).chunks(), framed))
+    ndjson = b"\n".join(block.tobytes() for block in frame_events(Source(sample).chunks(), framed))
+    # The framer renames string pids/tids (``pis``/``tis``) for Arrow; write them back.
+    ndjson = ndjson.replace(b'"pis"', b'"pid"').replace(b'"tis"', b'"tid"')
     top = {k: v for k, v in framed.top.items() if k != "traceEvents"}
     import orjson
 

@@ -46,14 +46,14 @@ def string_quotes(arr: np.ndarray) -> np.ndarray:
     return q
 
 
-def _structural_braces(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Brace positions outside strings and the depth after each (0 = between events)."""
+def _structural_braces(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Quote positions, brace positions outside strings, and the depth after each brace."""
     q = string_quotes(arr)
     br = np.flatnonzero((arr == _OPEN) | (arr == _CLOSE))
     if q.size:
         br = br[(np.searchsorted(q, br) & 1) == 0]
     step = np.where(arr[br] == _OPEN, 1, -1).astype(np.int32)
-    return br, np.cumsum(step, dtype=np.int32)
+    return q, br, np.cumsum(step, dtype=np.int32)
 
 
 def _gap_bytes(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -69,18 +69,42 @@ class _Split:
     """One block cut into complete events; the result of ``split_block``."""
 
     def __init__(self) -> None:
-        self.ndjson: bytes = b""
+        self.ndjson: np.ndarray = np.empty(0, np.uint8)
         self.count = 0
         self.consumed = 0  # bytes of the block used (events and separators)
         self.array_end: int | None = None  # position just after the closing ``]``
         self.damage: int | None = None  # position where the array stops making sense
 
 
+def _rename_string_ids(frame: np.ndarray, q: np.ndarray) -> None:
+    """``"pid": "x"`` -> ``"pis": "x"`` (same for tid), in place: Arrow wants one type per field.
+
+    Strings come in quote pairs; a key string ``pid``/``tid`` whose next string starts
+    after only ``:`` and whitespace has a string value.
+    """
+    if q.size < 4:
+        return
+    opens, closes = q[0::2], q[1::2]
+    key = np.flatnonzero((closes[:-1] - opens[:-1]) == 4)
+    if key.size == 0:
+        return
+    o = opens[key]
+    key = key[((frame[o + 1] == 112) | (frame[o + 1] == 116)) & (frame[o + 2] == 105) & (frame[o + 3] == 100)]
+    if key.size == 0:
+        return
+    pos, gap_id = _gap_bytes(closes[key] + 1, opens[key + 1])
+    vals = frame[pos]
+    other = np.bincount(gap_id[~_WS[vals] & (vals != 58)], minlength=key.size)
+    colons = np.bincount(gap_id[vals == 58], minlength=key.size)
+    hit = key[(other == 0) & (colons == 1)]
+    frame[opens[hit] + 3] = 115  # 'd' -> 's'
+
+
 def split_block(buf: bytes) -> _Split:
     """Complete events of ``buf`` as NDJSON; ``buf`` starts between two events."""
     out = _Split()
     arr = np.frombuffer(buf, dtype=np.uint8)
-    br, depth = _structural_braces(arr)
+    q, br, depth = _structural_braces(arr)
     is_open = arr[br] == _OPEN
     opens = br[is_open & (depth == 1)]
     closes = br[~is_open & (depth == 0)]
@@ -113,12 +137,13 @@ def split_block(buf: bytes) -> _Split:
         out.damage = int(closes[n - 1]) + 1
     start, stop = int(opens[0]), int(closes[n - 1]) + 1
     frame = arr[start:stop].copy()
+    _rename_string_ids(frame, q[(q >= start) & (q < stop)] - start)
     # Raw newlines can only be whitespace in valid JSON: blank them, then mark event ends.
     frame[(frame == 10) | (frame == 13)] = 32
     keep = gap_id < n - 1
     frame[pos[keep] - start] = 32
     frame[g_start[: n - 1] - start] = 10
-    out.ndjson = frame.tobytes()
+    out.ndjson = frame
     out.count = n
     out.consumed = stop
     if out.damage is not None:
@@ -194,8 +219,15 @@ def _array_start(buf: bytes, final: bool) -> tuple[int, bool] | None:
     return None
 
 
-def frame_events(chunks: Iterable[bytes], framed: Framed, block_size: int = 8 << 20) -> Iterator[bytes]:
-    """Yield NDJSON blocks of complete events; fill ``framed`` with the rest of the document."""
+def frame_events(
+    chunks: Iterable[bytes],
+    framed: Framed,
+    block_size: int = 2 << 20,
+) -> Iterator[np.ndarray]:
+    """Yield NDJSON blocks (uint8 arrays) of complete events; fill ``framed`` with the rest.
+
+    String-valued ``pid``/``tid`` keys come out renamed ``pis``/``tis``.
+    """
     it = iter(chunks)
     head = b""
     while True:
@@ -225,6 +257,7 @@ def frame_events(chunks: Iterable[bytes], framed: Framed, block_size: int = 8 <<
         else:
             exhausted = True
         buf = b"".join(parts)
+        del parts
         res = split_block(buf)
         if res.count:
             framed.events += res.count
