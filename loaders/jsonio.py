@@ -26,6 +26,7 @@ class Source:
         self.warnings: list[str] = []
         self.size = os.path.getsize(path)
         self.read = 0  # compressed bytes consumed, for progress
+        self._reported = -1.0
 
     def chunks(self) -> Iterator[bytes]:
         with open(self.path, "rb") as fh:
@@ -39,8 +40,12 @@ class Source:
 
     def _tick(self, n: int) -> None:
         self.read += n
-        if self.progress is not None:
-            self.progress("parsing", min(1.0, self.read / max(self.size, 1)))
+        if self.progress is None:
+            return
+        done = min(1.0, self.read / max(self.size, 1))
+        if done - self._reported >= 0.01 or done == 1.0:  # at most ~100 reports per file
+            self._reported = done
+            self.progress("parsing", done)
 
     def _plain(self, fh, first: bytes) -> Iterator[bytes]:
         block = first

@@ -13,7 +13,9 @@ schema, and classify with lookup tables (``kineto_cols``). A block Arrow refuses
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -42,8 +44,16 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     framed = Framed()
     ctx = Context()
     blocks: list[Block] = []
-    for ndjson in frame_events(source.chunks(), framed, BLOCK_SIZE):
-        blocks.extend(_parse(ctx, ndjson))
+    # Arrow parses block i on a worker (it releases the GIL) while this thread
+    # gunzips and frames block i+1; classification stays here, in file order.
+    pending: deque[tuple[np.ndarray, Future]] = deque()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for ndjson in frame_events(source.chunks(), framed, BLOCK_SIZE):
+            pending.append((ndjson, pool.submit(_read_json, ndjson)))
+            if len(pending) > 1:
+                blocks.extend(_classify(ctx, *pending.popleft()))
+        while pending:
+            blocks.extend(_classify(ctx, *pending.popleft()))
     # A cut gzip stream also cuts the JSON: one line says both.
     damage = "; ".join(source.warnings + framed.warnings)
     if framed.events == 0:
@@ -60,9 +70,9 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
     return _build(ctx, blocks, framed.top, Meta(source_format="kineto", path=path, warnings=warnings))
 
 
-def _parse(ctx: Context, ndjson: np.ndarray) -> list[Block]:
+def _classify(ctx: Context, ndjson: np.ndarray, parsed: Future) -> list[Block]:
     try:
-        table = _read_json(ndjson)
+        table = parsed.result()
     except pa.ArrowInvalid:
         return [from_lines(ctx, ndjson.tobytes())]
     return [from_arrow(ctx, batch) for batch in table.combine_chunks().to_batches()]

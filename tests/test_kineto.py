@@ -168,3 +168,40 @@ def test_relative_time_is_exact_nanoseconds():
     trace = loaded("smells.json.gz")
     # First event: ts 5089158016338.401 µs + base 1790857026000000000 ns.
     assert trace.meta.origin_ns == 1790857026000000000 + 5089158016338401
+
+
+BARE_2020 = "../public-samples/kineto/resnet50_2020_bare_array.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("name", ["train_step.json.gz", BARE_2020])
+def test_fallback_path_builds_the_same_trace(monkeypatch, name):
+    """The per-event fallback (blocks Arrow refuses) gives exactly what the Arrow path gives."""
+    import pyarrow as pa
+
+    from loaders import kineto, load
+    from tests.conftest import sample
+
+    fast = load(sample(name), use_cache=False)
+
+    def refuse(ndjson):
+        raise pa.ArrowInvalid("forced")
+
+    monkeypatch.setattr(kineto, "_read_json", refuse)
+    slow = load(sample(name), use_cache=False)
+    for col in ("lane", "depth", "start_ns", "end_ns", "kind", "corr", "bytes", "launch"):
+        assert np.array_equal(getattr(fast, col), getattr(slow, col)), col
+    assert [fast.names[i] for i in fast.name_id] == [slow.names[i] for i in slow.name_id]
+    assert [fast.details[i] for i in fast.detail_id] == [slow.details[i] for i in slow.detail_id]
+    assert fast.lanes == slow.lanes and fast.meta == slow.meta
+
+
+def test_progress_reports_parse_and_build():
+    from loaders import load
+    from tests.conftest import sample
+
+    seen: list[tuple[str, float]] = []
+    load(sample("smells.json.gz"), progress=lambda stage, done: seen.append((stage, done)), use_cache=False)
+    stages = [s for s, _ in seen]
+    assert stages[0] == "parsing" and "building" in stages
+    parsing = [d for s, d in seen if s == "parsing"]
+    assert parsing == sorted(parsing) and parsing[-1] == 1.0 and len(parsing) <= 101
