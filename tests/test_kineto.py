@@ -8,6 +8,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis.busy import device_busy
 from analysis.phases import phases
@@ -205,3 +207,51 @@ def test_progress_reports_parse_and_build():
     assert stages[0] == "parsing" and "building" in stages
     parsing = [d for s, d in seen if s == "parsing"]
     assert parsing == sorted(parsing) and parsing[-1] == 1.0 and len(parsing) <= 101
+
+
+def test_float_microsecond_era_is_exact():
+    """``1712195495502094.565`` µs must give ...094565 ns, which float64 cannot hold."""
+    trace = loaded("../public-samples/hta/ns_resolution.pt.trace.json.gz")
+    assert trace.meta.origin_ns == 1712195495502094565
+
+
+_TOKENS = [*'ab{}[]",:\\ \n\t/é€\U0001f600', "\\u0041", '\\"']
+_names = st.lists(st.sampled_from(_TOKENS), max_size=8).map("".join)
+_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "M", "i"]),
+        "name": _names,
+        "pid": st.one_of(st.integers(0, 9), _names),
+        "tid": st.one_of(st.integers(0, 9), st.just("stream 7")),
+        "ts": st.integers(0, 10**15),
+        "args": st.dictionaries(_names, st.one_of(st.integers(), _names, st.lists(st.integers(), max_size=3))),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_event, max_size=25),
+    st.sampled_from([None, 0, 2]),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+    st.booleans(),
+    st.integers(64, 4096),
+    st.booleans(),
+)
+def test_framing_round_trips_any_layout(events, indent, separators, bare, block, ascii_only):
+    """Re-framing rests on the JSON structure: any indentation, strings full of brackets."""
+    from loaders.jsonframe import Framed, frame_events
+
+    doc = events if bare else {"schemaVersion": 1, "a": {"traceEvents": "[{"}, "traceEvents": events, "z": [1, {}]}
+    text = json.dumps(doc, indent=indent, separators=separators, ensure_ascii=ascii_only).encode()
+    framed = Framed()
+    chunks = [text[i : i + 97] for i in range(0, len(text), 97)]
+    out = b"\n".join(b.tobytes() for b in frame_events(chunks, framed, block))
+    got = [json.loads(line) for line in out.split(b"\n")] if out else []
+    for ev in got:  # string pids/tids come out renamed for Arrow
+        for key in ("pid", "tid"):
+            if key[0] + "is" in ev:
+                ev[key] = ev.pop(key[0] + "is")
+    assert got == events and framed.events == len(events) and not framed.warnings
+    if not bare:
+        assert framed.top["z"] == [1, {}] and framed.top["a"] == {"traceEvents": "[{"}
