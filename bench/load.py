@@ -69,7 +69,6 @@ def _child_load(path: str) -> dict:
 
 def _floor(path: str, repeats: int) -> tuple[float, float, dict[str, float]]:
     """(gunzip s, fastest parse s, every parser's s) on the same bytes."""
-    import msgspec
     import orjson
 
     raw = Path(path).read_bytes()
@@ -87,7 +86,13 @@ def _floor(path: str, repeats: int) -> tuple[float, float, dict[str, float]]:
     gzipped = raw[:2] == b"\x1f\x8b"
     gunzip = best(lambda: zlib.decompress(raw, 47)) if gzipped else 0.0
     data = zlib.decompress(raw, 47) if gzipped else raw
-    parsers = {"orjson": lambda: orjson.loads(data), "msgspec": lambda: msgspec.json.decode(data)}
+    parsers = {"orjson": lambda: orjson.loads(data)}
+    try:
+        import msgspec
+
+        parsers["msgspec"] = lambda: msgspec.json.decode(data)
+    except ImportError:
+        pass
     times = {name: best(fn) for name, fn in parsers.items()}
     times["pyarrow.json"] = _pyarrow_whole(data)
     valid = {k: v for k, v in times.items() if v == v}

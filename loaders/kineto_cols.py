@@ -115,7 +115,7 @@ def as_int(value, default: int) -> int:
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, float):
+    if isinstance(value, float | Decimal):
         return int(value)
     if isinstance(value, str):
         try:
@@ -134,9 +134,11 @@ def stream_of(tid) -> int:
 
 
 def time_ns(value) -> int | None:
-    """µs (int, number text or numeric string) to integer ns, truncated like Decimal → int."""
+    """µs (int, Decimal or numeric string) to integer ns, truncated like Decimal → int."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value * 1000
+    if isinstance(value, Decimal):
+        return int(value * 1000) if value.is_finite() else None
     if isinstance(value, str | bytes):
         text = value.decode() if isinstance(value, bytes) else value
         text = text.strip().strip('"')

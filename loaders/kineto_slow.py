@@ -2,16 +2,16 @@
 
 Arrow needs one type per field; a few writers mix them inside ``args`` (a ROCm
 trace writes ``"stream": "0x0"``, Triton ``"grid": "grid(100,)"``, deeper
-``Input Dims``). Such a block is decoded line by line with msgspec (times kept as
-raw number text, so still exact) and classified here. Undecodable lines are
+``Input Dims``). Such a block is decoded line by line by the stdlib (numbers as
+``Decimal``, so times stay exact) and classified here. Undecodable lines are
 counted and dropped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from decimal import Decimal
 
-import msgspec
 import numpy as np
 
 from loaders.kineto_cols import (
@@ -32,20 +32,12 @@ from loaders.kineto_cols import (
 from loaders.model import Kind, LaneKind
 
 
-class _Event(msgspec.Struct):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    pis: Any = None  # string pids/tids were renamed by the framer
-    tid: Any = None
-    tis: Any = None
-    ts: msgspec.Raw = msgspec.Raw(b"")  # the number text itself: exact
-    dur: msgspec.Raw = msgspec.Raw(b"")
-    args: Any = None
-
-
-_DECODER = msgspec.json.Decoder(_Event)
+def _decode(line: bytes) -> dict | None:
+    try:
+        ev = json.loads(line.decode("utf-8", "replace"), parse_float=Decimal)
+    except ValueError:
+        return None
+    return ev if isinstance(ev, dict) else None
 
 
 def from_lines(ctx: Context, ndjson: bytes) -> Block:
@@ -55,35 +47,35 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
     b_col: list[int] = []
     cols: dict[str, list] = {k: [] for k in ("start", "dur", "name", "kind", "corr", "nbytes", "detail")}
     for line in ndjson.split(b"\n"):
-        try:
-            ev = _DECODER.decode(line)
-        except (msgspec.DecodeError, UnicodeDecodeError):
+        ev = _decode(line)
+        if ev is None:
             ctx.malformed += 1
             continue
-        pid = ev.pid if ev.pid is not None else ev.pis
-        tid = ev.tid if ev.tid is not None else ev.tis
-        args = ev.args if isinstance(ev.args, dict) else {}
-        if ev.ph == "M":
-            _metadata(ctx, ev.name, args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
+        pid = ev.get("pid", ev.get("pis"))
+        tid = ev.get("tid", ev.get("tis"))
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if ev.get("ph") == "M":
+            _metadata(ctx, ev.get("name"), args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
             continue
-        if ev.ph != "X":
+        if ev.get("ph") != "X":
             continue
-        cat = str(ev.cat if ev.cat is not None else "").lower()
+        cat = str(ev.get("cat", "")).lower()
         spec = CATEGORIES.get(cat)
         if spec is None:
             if cat not in IGNORED:
                 ctx.unknown[cat] = ctx.unknown.get(cat, 0) + 1
             continue
         kind, lk = spec
-        start = time_ns(bytes(ev.ts)) if len(ev.ts) else None
+        start = time_ns(ev.get("ts"))
         if start is None:
             ctx.bad_time += 1
             continue
-        dur = time_ns(bytes(ev.dur)) if len(ev.dur) else None
+        dur = time_ns(ev.get("dur"))
         if dur is None or dur < 0:
             ctx.bad_time += 1
             dur = 0
-        name = ev.name if isinstance(ev.name, str) else str(ev.name)
+        name = ev.get("name")
+        name = name if isinstance(name, str) else str(name)
         nbytes, detail = 0, ""
         if lk in GPU_LANES:
             device = as_int(args.get("device", pid if pid is not None else 0), 0)
