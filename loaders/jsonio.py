@@ -14,7 +14,7 @@ from loaders.model import TraceError
 
 Progress = Callable[[str, float], None]
 GZIP_MAGIC = b"\x1f\x8b"
-READ_SIZE = 1 << 16  # compressed bytes per read: ~1 MB of Kineto JSON, well under a block
+READ_SIZE = 1 << 15  # compressed bytes per read: ~0.4 MB of Kineto JSON, under a block
 
 
 class Source:

@@ -30,8 +30,8 @@ from loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Met
 
 Progress = Callable[[str, float], None]
 
-BLOCK_SIZE = 2 << 20  # bytes of JSON per Arrow parse: big enough for threads, small for the peak
-_READ = pj.ReadOptions(use_threads=True, block_size=1 << 20)
+BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: the numpy scan's temporaries are ~6x this
+_READ = pj.ReadOptions(use_threads=True, block_size=1 << 19)  # two chunks per block for Arrow's threads
 _PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
 # The system allocator gives freed parse buffers back to malloc, where the numpy work
 # after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
