@@ -5,7 +5,8 @@ msgspec, and pyarrow.json when it can read the document at all), doing nothing
 else. Loads run in a fresh subprocess each, so the peak resident size is the
 load's own: it is measured from the interpreter with gaplens imported and warmed
 on a tiny trace (Arrow's compute registry alone is ~45 MB, whatever the trace),
-and from the bare import too.
+and from the bare import too; the marginal bytes per event (slope between the
+smallest and largest trace) leaves out the fixed block buffers.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def bench_one(label: str, path: str, repeats: int) -> dict:
         "loaded": run["loaded"],
         "load_s": run["s"],
         "events_per_s": events / run["s"],
+        "peak_bytes": peak_warm,
         "bytes_per_event": peak_warm / events,
         "bytes_per_event_from_import": peak_import / events,
         "floor_s": floor,
@@ -182,5 +184,11 @@ def run(args) -> None:
     targets.append((f"synthetic {n / 1e6:.2f}M", path))
     print("targets: load <= 3x floor, peak <= 200 B/event (over the warmed interpreter)")
     rows = [bench_one(label, p, repeats) for label, p in targets if Path(p).exists()]
+    if len(rows) >= 2:
+        # The slope between the smallest and the largest trace: the cost of one more event,
+        # free of the fixed ~30 MB of block buffers and allocator arenas.
+        small, big = rows[0], rows[-1]
+        slope = (big["peak_bytes"] - small["peak_bytes"]) / max(big["events"] - small["events"], 1)
+        print(f"marginal peak: {slope:.0f} B/event ({small['trace']} -> {big['trace']})")
     if os.environ.get("GAPLENS_BENCH_JSON"):
         Path(os.environ["GAPLENS_BENCH_JSON"]).write_text(json.dumps(rows, indent=2))

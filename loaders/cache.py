@@ -2,7 +2,7 @@
 
 Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
 ``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
-and mtime_ns are unchanged. Writes are atomic (temp file + ``os.replace``) and a
+and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (temp file + ``os.replace``) and a
 token shared by the two files catches a pair torn by concurrent writers. Anything
 odd on reading (stale, corrupt, another version) is a miss, never an error. The
 trace file itself is never touched.
@@ -11,6 +11,7 @@ trace file itself is never touched.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import secrets
@@ -24,7 +25,7 @@ import pyarrow.ipc as ipc
 
 from loaders.model import Device, Lane, LaneKind, Meta, Trace, _running_max_per_row
 
-VERSION = 1  # bump when the model or a loader changes what a trace holds
+VERSION = 1  # bump when the entry layout changes; loader code changes are caught by _code_stamp
 COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
 
 
@@ -36,11 +37,26 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gaplens"
 
 
+@functools.lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """Digest of the loaders' source: an upgraded loader never serves an old build."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _entry(path: str) -> tuple[Path, dict]:
     """Base path of the entry for a trace file, and the stamp that keeps it valid."""
     absolute = os.path.abspath(path)
     st = os.stat(absolute)
-    stamp = {"version": VERSION, "path": absolute, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    stamp = {
+        "version": VERSION,
+        "code": _code_stamp(),
+        "path": absolute,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
     digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
     return cache_dir() / "traces" / digest, stamp
 
