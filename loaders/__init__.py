@@ -62,6 +62,7 @@ def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: b
 
         hit = cache.lookup(path)
         if hit is not None:
+            hit.meta.path = path  # as the caller spelled it, like a fresh load
             return hit
     trace = _load(path, head, progress)
     if use_cache:
