@@ -1,84 +1,159 @@
 """Kineto / PyTorch-profiler Chrome-trace JSON (.json, .json.gz) into the lane model.
 
 Covers every era in FORMATS.md Part 1: bare arrays (2020), old category names,
-string pids/tids and ``"stream 7"``, the three time encodings, duplicate or
-missing ``M`` metadata, truncated files. Launch links come from
-``args.correlation`` within the file, never from flow events alone.
+string pids/tids and ``"stream 7"``, the three time encodings (read as decimals,
+so exact), duplicate or missing ``M`` metadata, truncated files. Launch links come
+from ``args.correlation`` within the file, never from flow events alone.
+
+The path is columnar: stream-gunzip, re-frame the event array as NDJSON in blocks
+(``jsonframe``), parse each block with Arrow's C++ JSON reader against an explicit
+schema, and classify with lookup tables (``kineto_cols``). A block Arrow refuses
+(mixed types inside a field) goes through the per-event fallback (``kineto_slow``).
 """
 
 from __future__ import annotations
 
-import re
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
-from loaders.events import EventColumns
-from loaders.jsonio import read_events
-from loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pj
+
+from loaders.events import make_lane
+from loaders.jsonframe import Framed, frame_events
+from loaders.jsonio import Source
+from loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
+from loaders.kineto_slow import from_lines
+from loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Meta, Trace, TraceError, build_trace
 
 Progress = Callable[[str, float], None]
 
-# cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
-CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {
-    "cpu_op": (Kind.CPU_OP, LaneKind.CPU_OPS),
-    "operator": (Kind.CPU_OP, LaneKind.CPU_OPS),
-    "python_function": (Kind.PYTHON, LaneKind.CPU_OPS),
-    "user_annotation": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
-    "user": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
-    "cuda_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "cuda_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "privateuse1_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "privateuse1_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "xpu_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "xpu_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "mtia_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "kernel": (Kind.KERNEL, LaneKind.STREAM),
-    "gpu_memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
-    "memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
-    "gpu_memset": (Kind.MEMSET, LaneKind.STREAM),
-    "memset": (Kind.MEMSET, LaneKind.STREAM),
-    "gpu_user_annotation": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
-    "cuda_profiler_range": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
-    "cuda_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
-    "xpu_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
-    "overhead": (Kind.OVERHEAD, LaneKind.OVERHEAD),
-}
-IGNORED = {"trace", "cpu_instant_event", "external_correlation"}
-
-_DIGITS = re.compile(r"-?\d+")
+BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: the numpy scan's temporaries are ~6x this
+_READ = pj.ReadOptions(use_threads=True, block_size=1 << 19)  # two chunks per block for Arrow's threads
+_PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+# The system allocator gives freed parse buffers back to malloc, where the numpy work
+# after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
+_POOL = pa.system_memory_pool()
 
 
-def memcpy_kind(name: str) -> Kind:
-    """Direction from the writer's name: ``Memcpy HtoD (Pageable -> Device)``."""
-    if "HtoD" in name or "HostToDevice" in name:
-        return Kind.MEMCPY_HTOD
-    if "DtoH" in name or "DeviceToHost" in name:
-        return Kind.MEMCPY_DTOH
-    if "DtoD" in name or "DeviceToDevice" in name:
-        return Kind.MEMCPY_DTOD
-    if "PtoP" in name or "Peer" in name:
-        return Kind.MEMCPY_PEER
-    return Kind.MEMCPY_OTHER
+def load_kineto(path: str, progress: Progress | None = None) -> Trace:
+    """Read a Kineto trace file (plain or gzip) into a Trace."""
+    source = Source(path, progress)
+    framed = Framed()
+    ctx = Context()
+    blocks: list[Block] = []
+    # Arrow parses block i on a worker (it releases the GIL) while this thread
+    # gunzips and frames block i+1; classification stays here, in file order.
+    pending: deque[tuple[np.ndarray, Future]] = deque()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for ndjson in frame_events(source.chunks(), framed, BLOCK_SIZE):
+            pending.append((ndjson, pool.submit(_read_json, ndjson)))
+            if len(pending) > 1:
+                blocks.extend(_classify(ctx, *pending.popleft()))
+        while pending:
+            blocks.extend(_classify(ctx, *pending.popleft()))
+    # A cut gzip stream also cuts the JSON: one line says both.
+    damage = "; ".join(source.warnings + framed.warnings)
+    if framed.events == 0:
+        if damage:
+            raise TraceError(f"{path}: damaged before its first event ({damage})")
+        raise TraceError(f"{path}: the trace holds no events (empty traceEvents)")
+    warnings = [damage] if damage else []
+    if ctx.malformed:
+        warnings.append(f"{ctx.malformed} malformed events skipped")
+    if ctx.bad_time:
+        warnings.append(f"{ctx.bad_time} events with missing or negative ts/dur clamped to 0")
+    if progress is not None:
+        progress("building", 0.0)
+    return _build(ctx, blocks, framed.top, Meta(source_format="kineto", path=path, warnings=warnings))
 
 
-def load_kineto(data: bytes, path: str = "", progress: Progress | None = None) -> Trace:
-    """Parse decompressed Kineto JSON bytes into a Trace."""
-    top, events, warnings = read_events(data, progress)
-    meta = Meta(source_format="kineto", path=path, warnings=warnings)
+def _classify(ctx: Context, ndjson: np.ndarray, parsed: Future) -> list[Block]:
+    try:
+        table = parsed.result()
+    except pa.ArrowInvalid:
+        return [from_lines(ctx, ndjson.tobytes())]
+    return [from_arrow(ctx, batch) for batch in table.combine_chunks().to_batches()]
+
+
+def _read_json(ndjson: np.ndarray) -> pa.Table:
+    source = pa.BufferReader(pa.py_buffer(ndjson))
+    return pj.read_json(source, read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
+
+
+def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
     for key, value in top.items():
         if key not in ("traceEvents", "deviceProperties") and not isinstance(value, dict | list):
             meta.extra[key] = value
     if "distributedInfo" in top:
         meta.extra["distributedInfo"] = top["distributedInfo"]
-    meta.source_version = _fingerprint(top, events)
+    meta.source_version = _fingerprint(top)
+    if ctx.unknown:
+        meta.extra["unknown_categories"] = ctx.unknown
+    meta.processes = ctx.processes
+    meta.threads = ctx.threads
     props = {}
     for dev in top.get("deviceProperties") or top.get("computeProperties") or []:
         if isinstance(dev, dict) and "id" in dev:
-            props[_as_int(dev["id"], -1)] = dev
-    return _build(events, meta, props, progress)
+            props[as_int(dev["id"], -1)] = dev
+
+    def cat(name: str, dtype) -> np.ndarray:
+        # Drop each block's column once joined, so the peak holds one copy, not two.
+        parts = [getattr(b, name) for b in blocks]
+        for b in blocks:
+            setattr(b, name, None)
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+
+    base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
+    start = cat("start", np.int64) + base
+    end = start + cat("dur", np.int64)
+    keys = list(ctx.lanes)
+    provisional = [make_lane(i, (LaneKind(k[0]), k[1], k[2])) for i, k in enumerate(keys)]
+    order = sorted(range(len(keys)), key=lambda i: provisional[i].sort_key)
+    remap = np.empty(len(keys), dtype=np.int32)
+    lanes = []
+    for new_id, old in enumerate(order):
+        remap[old] = new_id
+        k = keys[old]
+        lanes.append(make_lane(new_id, (LaneKind(k[0]), k[1], k[2])))
+    kind = cat("kind", np.int8)
+    meta.devices = [
+        Device(d, str(props.get(d, {}).get("name", f"GPU {d}")), props.get(d, {}))
+        for d in sorted({ln.device for ln in lanes if ln.is_gpu})
+    ]
+    meta.lacks = _lacks(kind)
+    return build_trace(
+        meta,
+        lanes,
+        list(ctx.names),
+        list(ctx.details),
+        remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
+        start,
+        end,
+        cat("name_id", np.int32),
+        kind,
+        cat("corr", np.int64),
+        cat("nbytes", np.int64),
+        cat("detail_id", np.int32),
+        corr_scope=None,
+    )
 
 
-def _fingerprint(top: dict, events: list) -> str:
+def _lacks(kind: np.ndarray) -> list[str]:
+    present = set(np.unique(kind).tolist())
+    lacks = []
+    if not present & {int(k) for k in CPU_KINDS}:
+        lacks.append("cpu")
+    if int(Kind.CUDA_API) not in present:
+        lacks.append("cuda_api")
+    if not present & {int(k) for k in GPU_WORK_KINDS}:
+        lacks.append("gpu")
+    return lacks
+
+
+def _fingerprint(top: dict) -> str:
     if top.get("__bare_array__"):
         return "kineto (bare array, <=2020-12)"
     schema = top.get("schemaVersion")
@@ -86,171 +161,6 @@ def _fingerprint(top: dict, events: list) -> str:
     return f"kineto schema {schema if schema is not None else '?'}" + (
         ", relative ts + baseTimeNanoseconds" if base else ""
     )
-
-
-def _as_int(value, default: int) -> int:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value)
-    if isinstance(value, str):
-        m = _DIGITS.search(value)
-        if m and m.group(0) == value.strip():
-            return int(value.strip())
-    return default
-
-
-class _Ids:
-    """Stable ints for pids/tids that may be ints, numeric strings or names."""
-
-    def __init__(self) -> None:
-        self.named: dict[str, int] = {}
-
-    def __call__(self, value) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        text = str(value)
-        try:
-            return int(text.strip())
-        except ValueError:
-            return self.named.setdefault(text, -1000 - len(self.named))
-
-
-def _stream_of(tid) -> int:
-    if isinstance(tid, int):
-        return tid
-    m = _DIGITS.search(str(tid))
-    return int(m.group(0)) if m else 0
-
-
-def _time_ns(value, base: int) -> int | None:
-    """µs number (int, float or decimal string) to integer ns, exact for decimal text."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return base + value * 1000
-    if isinstance(value, str):
-        text = value.strip()
-        whole, _, frac = text.partition(".")
-        try:
-            neg = whole.startswith("-")
-            w = int(whole) if whole not in ("", "-") else 0
-            f = int((frac + "000")[:3]) if frac else 0
-        except ValueError:
-            return None
-        return base + (w * 1000 - f if neg else w * 1000 + f)
-    if isinstance(value, float):
-        return base + round(value * 1000)
-    return None
-
-
-def _build(events: list, meta: Meta, props: dict, progress: Progress | None) -> Trace:
-    base = int(meta.extra.get("baseTimeNanoseconds") or 0)
-    ids = _Ids()
-    cols = EventColumns()
-    thread_names: dict[tuple[int, int], str] = {}
-    process_names: dict[int, str] = {}
-    unknown: dict[str, int] = {}
-    bad_dur = 0
-    gpu_pids: set[int] = set()
-    n = len(events)
-    step = max(n // 20, 1)
-    for i, ev in enumerate(events):
-        if progress is not None and i % step == 0:
-            progress("building", i / max(n, 1))
-        if not isinstance(ev, dict):
-            continue
-        ph = ev.get("ph")
-        if ph == "M":
-            args = ev.get("args") or {}
-            if ev.get("name") == "process_name" and isinstance(args.get("name"), str):
-                process_names.setdefault(ids(ev.get("pid", 0)), args["name"])
-            elif ev.get("name") == "thread_name" and isinstance(args.get("name"), str):
-                thread_names.setdefault((ids(ev.get("pid", 0)), ids(ev.get("tid", 0))), args["name"])
-            continue
-        if ph != "X":
-            continue
-        cat = str(ev.get("cat", "")).lower()
-        spec = CATEGORIES.get(cat)
-        if spec is None:
-            if cat not in IGNORED:
-                unknown[cat] = unknown.get(cat, 0) + 1
-            continue
-        kind, lane_kind = spec
-        start = _time_ns(ev.get("ts"), base)
-        if start is None:
-            bad_dur += 1
-            continue
-        dur = _time_ns(ev.get("dur"), 0)
-        if dur is None or dur < 0:
-            bad_dur += 1
-            dur = 0
-        name = ev.get("name")
-        name = name if isinstance(name, str) else str(name)
-        args = ev.get("args")
-        args = args if isinstance(args, dict) else {}
-        corr = _as_int(args.get("correlation", -1), -1)
-        nbytes = 0
-        detail = ""
-        if lane_kind in (LaneKind.STREAM, LaneKind.GPU_ANNOTATIONS, LaneKind.GPU_SYNC):
-            device = _as_int(args.get("device", ev.get("pid", 0)), 0)
-            if not isinstance(ev.get("pid"), str) or _as_int(ev.get("pid"), -1) >= 0:
-                device = _as_int(ev.get("pid", device), device)
-            stream = _as_int(args.get("stream", _stream_of(ev.get("tid", 0))), 0)
-            gpu_pids.add(device)
-            if kind == Kind.MEMCPY_OTHER:
-                kind = memcpy_kind(name)
-            if kind in (Kind.MEMSET,) or (kind >= Kind.MEMCPY_HTOD and kind <= Kind.MEMCPY_OTHER):
-                nbytes = _as_int(args.get("bytes", 0), 0)
-                detail = f"bytes {nbytes}"
-            elif kind == Kind.KERNEL:
-                detail = _kernel_detail(args)
-            elif kind == Kind.SYNC:
-                detail = _sync_detail(args)
-                if lane_kind == LaneKind.GPU_SYNC:
-                    stream = -1
-            lane_key = (lane_kind, device, stream if lane_kind != LaneKind.GPU_SYNC else -1)
-        else:
-            pid, tid = ids(ev.get("pid", 0)), ids(ev.get("tid", 0))
-            lane_key = (lane_kind, pid, tid)
-            dims = args.get("Input Dims", args.get("Input dims"))
-            if dims:
-                detail = f"Input Dims {dims}"
-        cols.add(lane_key, start, start + dur, name, kind, corr, nbytes, detail)
-    if bad_dur:
-        meta.warnings.append(f"{bad_dur} events with missing or negative ts/dur clamped to 0")
-    if unknown:
-        meta.extra["unknown_categories"] = unknown
-    meta.processes = process_names
-    meta.threads = thread_names
-    meta.devices = [
-        Device(d, str(props.get(d, {}).get("name", f"GPU {d}")), props.get(d, {})) for d in sorted(gpu_pids)
-    ]
-    return cols.finish(meta, corr_scope=None)
-
-
-def _kernel_detail(args: dict) -> str:
-    parts = []
-    for key, label in (
-        ("grid", "grid"),
-        ("block", "block"),
-        ("registers per thread", "regs"),
-        ("shared memory", "smem"),
-        ("est. achieved occupancy %", "occupancy %"),
-    ):
-        if key in args:
-            value = args[key]
-            if isinstance(value, list):
-                value = "×".join(str(v) for v in value)
-            parts.append(f"{label} {value}")
-    return "  ".join(parts)
-
-
-def _sync_detail(args: dict) -> str:
-    parts = [str(args.get("cuda_sync_kind", ""))]
-    if "wait_on_stream" in args:
-        parts.append(f"waits on stream {args['wait_on_stream']}")
-    return "  ".join(p for p in parts if p)
 
 
 def require_events(trace: Trace) -> Trace:

@@ -15,22 +15,13 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
+from loaders.files import GZIP_MAGIC, cache_dir, read_head
 from loaders.model import TraceError
 
 Progress = Callable[[str, float], None]
 
-GZIP_MAGIC = b"\x1f\x8b"
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
 BUSY_TIMEOUT_S = 2.0
-
-
-def cache_dir() -> Path:
-    """``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else ``~/.cache/gaplens``."""
-    explicit = os.environ.get("GAPLENS_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "gaplens"
 
 
 def cache_path(source: str, suffix: str) -> Path:
@@ -157,35 +148,10 @@ def connect(uri: str) -> sqlite3.Connection:
     return con
 
 
-def head(path: str, size: int = 16) -> bytes:
-    """First bytes of a file, with OS errors turned into one-line TraceErrors."""
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(size)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
-    except PermissionError:
-        raise TraceError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot read ({exc.strerror})") from None
-
-
-def gzip_head(path: str, size: int = 16) -> bytes:
-    """First decompressed bytes of a gzip file (empty when it is not gzip or is corrupt)."""
-    try:
-        with open(path, "rb") as fh:
-            d = zlib.decompressobj(wbits=47)
-            return d.decompress(fh.read(4096), size)
-    except (OSError, zlib.error):
-        return b""
-
-
 def resolve(path: str, progress: Progress | None = None) -> tuple[str, bool]:
     """The SQLite file to open for ``path`` and whether it is our own immutable cache copy."""
     if path.endswith(".nsys-rep"):
         return export_rep(path, progress), True
-    if head(path, 2) == GZIP_MAGIC:
+    if read_head(path, 2) == GZIP_MAGIC:
         return gunzip_to_cache(path, progress), True
     return path, False

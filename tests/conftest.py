@@ -27,6 +27,15 @@ def sample(name: str) -> Path:
     pytest.skip(f"sample {name} not available")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_dir(tmp_path_factory):
+    """Keep the trace cache of the test run out of the user's cache directory."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("GAPLENS_CACHE_DIR", str(tmp_path_factory.mktemp("gaplens-cache")))
+    yield
+    patch.undo()
+
+
 @functools.lru_cache(maxsize=16)
 def _cached(path: str) -> Trace:
     return load(path)

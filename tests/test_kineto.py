@@ -8,6 +8,8 @@ from decimal import Decimal
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from analysis.busy import device_busy
 from analysis.phases import phases
@@ -168,3 +170,88 @@ def test_relative_time_is_exact_nanoseconds():
     trace = loaded("smells.json.gz")
     # First event: ts 5089158016338.401 µs + base 1790857026000000000 ns.
     assert trace.meta.origin_ns == 1790857026000000000 + 5089158016338401
+
+
+BARE_2020 = "../public-samples/kineto/resnet50_2020_bare_array.pt.trace.json.gz"
+
+
+@pytest.mark.parametrize("name", ["train_step.json.gz", BARE_2020])
+def test_fallback_path_builds_the_same_trace(monkeypatch, name):
+    """The per-event fallback (blocks Arrow refuses) gives exactly what the Arrow path gives."""
+    import pyarrow as pa
+
+    from loaders import kineto, load
+    from tests.conftest import sample
+
+    fast = load(sample(name), use_cache=False)
+
+    def refuse(ndjson):
+        raise pa.ArrowInvalid("forced")
+
+    monkeypatch.setattr(kineto, "_read_json", refuse)
+    slow = load(sample(name), use_cache=False)
+    for col in ("lane", "depth", "start_ns", "end_ns", "kind", "corr", "bytes", "launch"):
+        assert np.array_equal(getattr(fast, col), getattr(slow, col)), col
+    assert [fast.names[i] for i in fast.name_id] == [slow.names[i] for i in slow.name_id]
+    assert [fast.details[i] for i in fast.detail_id] == [slow.details[i] for i in slow.detail_id]
+    assert fast.lanes == slow.lanes and fast.meta == slow.meta
+
+
+def test_progress_reports_parse_and_build():
+    from loaders import load
+    from tests.conftest import sample
+
+    seen: list[tuple[str, float]] = []
+    load(sample("smells.json.gz"), progress=lambda stage, done: seen.append((stage, done)), use_cache=False)
+    stages = [s for s, _ in seen]
+    assert stages[0] == "parsing" and "building" in stages
+    parsing = [d for s, d in seen if s == "parsing"]
+    assert parsing == sorted(parsing) and parsing[-1] == 1.0 and len(parsing) <= 101
+
+
+def test_float_microsecond_era_is_exact():
+    """``1712195495502094.565`` µs must give ...094565 ns, which float64 cannot hold."""
+    trace = loaded("../public-samples/hta/ns_resolution.pt.trace.json.gz")
+    assert trace.meta.origin_ns == 1712195495502094565
+
+
+_TOKENS = [*'ab{}[]",:\\ \n\t/é€\U0001f600', "\\u0041", '\\"']
+_names = st.lists(st.sampled_from(_TOKENS), max_size=8).map("".join)
+_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "M", "i"]),
+        "name": _names,
+        "pid": st.one_of(st.integers(0, 9), _names),
+        "tid": st.one_of(st.integers(0, 9), st.just("stream 7")),
+        "ts": st.integers(0, 10**15),
+        "args": st.dictionaries(_names, st.one_of(st.integers(), _names, st.lists(st.integers(), max_size=3))),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(_event, max_size=25),
+    st.sampled_from([None, 0, 2]),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+    st.booleans(),
+    st.integers(64, 4096),
+    st.booleans(),
+)
+def test_framing_round_trips_any_layout(events, indent, separators, bare, block, ascii_only):
+    """Re-framing rests on the JSON structure: any indentation, strings full of brackets."""
+    from loaders.jsonframe import Framed, frame_events
+
+    doc = events if bare else {"schemaVersion": 1, "a": {"traceEvents": "[{"}, "traceEvents": events, "z": [1, {}]}
+    text = json.dumps(doc, indent=indent, separators=separators, ensure_ascii=ascii_only).encode()
+    framed = Framed()
+    chunks = [text[i : i + 97] for i in range(0, len(text), 97)]
+    out = b"\n".join(b.tobytes() for b in frame_events(chunks, framed, block))
+    got = [json.loads(line) for line in out.split(b"\n")] if out else []
+    for ev in got:  # string pids/tids come out renamed for Arrow
+        for key in ("pid", "tid"):
+            if key[0] + "is" in ev:
+                ev[key] = ev.pop(key[0] + "is")
+    assert got == events and framed.events == len(events) and not framed.warnings
+    if not bare:
+        assert framed.top["z"] == [1, {}] and framed.top["a"] == {"traceEvents": "[{"}

@@ -1,0 +1,160 @@
+"""A cache of built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once.
+
+Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
+``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
+and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (temp file + ``os.replace``) and a
+token shared by the two files catches a pair torn by concurrent writers. Anything
+odd on reading (stale, corrupt, another version) is a miss, never an error. The
+trace file itself is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import secrets
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from loaders.files import cache_dir
+from loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
+
+VERSION = 1  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
+
+
+@functools.lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """Digest of the loaders' source: an upgraded loader never serves an old build."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _entry(path: str) -> tuple[Path, dict]:
+    """Base path of the entry for a trace file, and the stamp that keeps it valid."""
+    absolute = os.path.abspath(path)
+    st = os.stat(absolute)
+    stamp = {
+        "version": VERSION,
+        "code": _code_stamp(),
+        "path": absolute,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_dir() / "traces" / digest, stamp
+
+
+def lookup(path: str) -> Trace | None:
+    """The cached Trace of ``path``, or None when absent, stale or unreadable."""
+    try:
+        base, stamp = _entry(path)
+        info = orjson.loads(base.with_suffix(".json").read_bytes())
+        if info.get("stamp") != stamp:
+            return None
+        with pa.OSFile(str(base.with_suffix(".arrow")), "rb") as fh:
+            table = ipc.open_file(fh).read_all()
+        if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
+            return None
+        return _trace(table, info)
+    except Exception:  # a damaged cache is a miss, whatever the damage
+        return None
+
+
+def store(path: str, trace: Trace) -> bool:
+    """Save ``trace`` as the entry of ``path``; False (and nothing written) when that fails."""
+    try:
+        base, stamp = _entry(path)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        token = secrets.token_hex(8)
+        info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
+        table = pa.table({c: getattr(trace, c) for c in COLUMNS}).replace_schema_metadata({"token": token})
+        _atomic(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
+        _atomic(base.with_suffix(".json"), lambda fh: fh.write(info))
+        return True
+    except Exception:  # caching is best effort: the load already succeeded
+        return False
+
+
+def _write_ipc(fh, table: pa.Table) -> None:
+    with ipc.new_file(fh, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _atomic(target: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _describe(trace: Trace) -> dict:
+    m = trace.meta
+    return {
+        "meta": {
+            "source_format": m.source_format,
+            "source_version": m.source_version,
+            "path": m.path,
+            "origin_ns": m.origin_ns,
+            "devices": [[d.id, d.name, d.properties] for d in m.devices],
+            "processes": [[k, v] for k, v in m.processes.items()],
+            "threads": [[k[0], k[1], v] for k, v in m.threads.items()],
+            "lacks": m.lacks,
+            "warnings": m.warnings,
+            "extra": m.extra,
+        },
+        "lanes": [
+            [ln.id, int(ln.kind), ln.name, ln.pid, ln.tid, ln.device, ln.stream, list(ln.sort_key)]
+            for ln in trace.lanes
+        ],
+        "names": trace.names,
+        "details": trace.details,
+    }
+
+
+def _trace(table: pa.Table, info: dict) -> Trace:
+    m = info["meta"]
+    meta = Meta(
+        source_format=m["source_format"],
+        source_version=m["source_version"],
+        path=m["path"],
+        origin_ns=m["origin_ns"],
+        devices=[Device(i, n, p) for i, n, p in m["devices"]],
+        processes={k: v for k, v in m["processes"]},
+        threads={(p, t): v for p, t, v in m["threads"]},
+        lacks=m["lacks"],
+        warnings=m["warnings"],
+        extra=m["extra"],
+    )
+    lanes = [Lane(i, LaneKind(k), n, p, t, d, s, tuple(sk)) for i, k, n, p, t, d, s, sk in info["lanes"]]
+    # Copies: arrays from Arrow are read-only views, and readers may expect to own them.
+    cols = {c: np.array(table.column(c).to_numpy(), copy=True) for c in COLUMNS}
+    n = cols["lane"].size
+    key = cols["lane"].astype(np.int64) * 65536 + cols["depth"].astype(np.int64)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1)) if n else np.empty(0, np.int64)
+    row_offsets = np.concatenate((starts, [n])).astype(np.int64)
+    return Trace(
+        meta=meta,
+        lanes=lanes,
+        names=info["names"],
+        details=info["details"],
+        row_lane=cols["lane"][starts].astype(np.int32),
+        row_depth=cols["depth"][starts].astype(np.int16),
+        row_offsets=row_offsets,
+        row_maxend=running_max_per_row(cols["end_ns"], row_offsets),
+        **cols,
+    )

@@ -1,0 +1,102 @@
+"""The trace cache: hits are identical to fresh loads; stale or broken entries are misses."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loaders import cache, load
+from tests.conftest import sample
+
+COLUMNS = (*cache.COLUMNS, "row_lane", "row_depth", "row_offsets", "row_maxend")
+
+
+@pytest.fixture()
+def trace_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "smells.json.gz"
+    shutil.copyfile(sample("smells.json.gz"), path)
+    return path
+
+
+def _same(a, b) -> None:
+    for col in COLUMNS:
+        x, y = getattr(a, col), getattr(b, col)
+        assert x.dtype == y.dtype and np.array_equal(x, y), col
+    assert a.names == b.names and a.details == b.details
+    assert a.lanes == b.lanes
+    assert a.meta == b.meta
+
+
+def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "x"))
+    assert cache.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv("GAPLENS_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_dir() == tmp_path / "xdg" / "gaplens"
+
+
+def test_second_load_is_a_hit_equal_to_a_fresh_load(trace_file):
+    before = (trace_file.read_bytes(), os.stat(trace_file).st_mtime_ns)
+    fresh = load(trace_file)
+    assert cache.lookup(str(trace_file)) is not None
+    hit = load(trace_file)
+    _same(fresh, hit)
+    _same(load(trace_file, use_cache=False), hit)
+    hit.kind[:1] = hit.kind[:1]  # a hit owns writable arrays, like a fresh load
+    assert (trace_file.read_bytes(), os.stat(trace_file).st_mtime_ns) == before
+    leftovers = [p.name for p in (cache.cache_dir() / "traces").iterdir() if p.suffix not in (".arrow", ".json")]
+    assert not leftovers
+
+
+def test_opt_out_writes_nothing(trace_file):
+    load(trace_file, use_cache=False)
+    assert not cache.cache_dir().exists()
+
+
+def test_stale_entry_is_ignored(trace_file):
+    load(trace_file)
+    st = os.stat(trace_file)
+    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert cache.lookup(str(trace_file)) is None
+    load(trace_file)  # rebuilds and refreshes the entry
+    assert cache.lookup(str(trace_file)) is not None
+
+
+def _entry(path) -> str:
+    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:32]
+    return str(cache.cache_dir() / "traces" / digest)
+
+
+@pytest.mark.parametrize("damage", ["garbage_arrow", "truncated_arrow", "garbage_json", "torn_pair", "missing"])
+def test_broken_entry_is_a_miss_not_a_crash(trace_file, damage):
+    fresh = load(trace_file)
+    base = _entry(trace_file)
+    arrow, info = Path(base + ".arrow"), Path(base + ".json")
+    if damage == "garbage_arrow":
+        arrow.write_bytes(b"\x00garbage" * 100)
+    elif damage == "truncated_arrow":
+        arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size // 2])
+    elif damage == "garbage_json":
+        info.write_bytes(b"{not json")
+    elif damage == "torn_pair":
+        # The JSON of one write with the Arrow file of another: tokens differ.
+        other = load(sample("train_step.json.gz"), use_cache=True)
+        cache.store(str(trace_file), other)
+        info.write_bytes(info.read_bytes().replace(b'"token":"', b'"token":"0'))
+    else:
+        os.unlink(arrow)
+    assert cache.lookup(str(trace_file)) is None
+    _same(fresh, load(trace_file))
+
+
+def test_unwritable_cache_dir_still_loads(trace_file, monkeypatch, tmp_path):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(blocker))
+    assert len(load(trace_file)) > 0
