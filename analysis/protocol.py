@@ -220,7 +220,7 @@ class Walkthrough:
             return self._make(5, ["nothing to explain: the device was never idle"], View())
         evidence = list(g.evidence) or fallback_evidence(self.trace, g)
         facts = []
-        if g.cause != "unknown" or g.shares:
+        if g.cause != "unknown":
             shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]))
             facts.append(f"cause: {g.cause}" + (f" ({shares})" if shares else ""))
         elif not self.critical_path_analysed:
@@ -228,8 +228,10 @@ class Walkthrough:
         else:
             facts.append("cause: unknown")
         if g.message:
-            facts.append(g.message)
-        facts.extend(self._better_trace(g))
+            said = g.message.rstrip(".")
+            facts.append(said if said.lower().startswith("collect") else f"collect a better trace: {said}")
+        else:
+            facts.extend(self._better_trace(g))
         facts.extend(profiler_overhead(self.trace, g))
         for i in evidence[:6]:
             facts.append("evidence: " + describe(self.trace, i))

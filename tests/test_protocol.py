@@ -132,3 +132,20 @@ def test_marked_phase_gets_its_busy_share() -> None:
     assert "regex work (yours): mostly waiting: 0% busy" in walk.step(3).facts
     walk.refresh_notes(Notes())
     assert not any("(yours)" in f for f in walk.step(3).facts)
+
+
+def test_gpu_only_trace_asks_for_a_better_trace() -> None:
+    from loaders.events import EventColumns
+    from loaders.model import Device, Kind, LaneKind, Meta
+
+    cols = EventColumns()
+    for k, (s, e) in enumerate([(0, 100), (300, 400), (450, 900)]):
+        cols.add((LaneKind.STREAM, 0, 7), s, e, f"k{k}", Kind.KERNEL, k)
+    trace = cols.finish(Meta("nsys", devices=[Device(0, "GPU 0")]), None)
+    walk = Walkthrough(trace)
+    assert walk.gap is not None and (walk.gap.start_ns, walk.gap.end_ns) == (100, 300)
+    assert "largest blank region:" in walk.step(4).facts[0]  # not claimed to be on the critical path
+    s5 = walk.step(5)
+    assert s5.facts[0] == "cause: unknown"  # not "unknown 100%"
+    assert any(f.startswith("collect a better trace") and "torch.profiler" in f for f in s5.facts)
+    assert walk.step(6).facts[0].startswith("no smell explains this region yet")
