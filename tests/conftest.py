@@ -17,6 +17,9 @@ SAMPLES = SHARED / "samples"
 PUBLIC = SHARED / "public-samples"
 BUNDLED = ROOT / "samples"
 
+#: For modules that read the shared recordings directly (raw JSON, SQL, nsys stats CSVs).
+requires_shared = pytest.mark.skipif(not SAMPLES.is_dir(), reason="../shared/samples is not beside the checkout")
+
 
 def sample(name: str) -> Path:
     """A shared H200 sample, or skip when the shared folder is not beside the checkout."""

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from analysis.busy import device_busy
 from analysis.phases import phases
 from loaders.model import MEMCPY_KINDS, Kind
-from tests.conftest import PUBLIC, SAMPLES, loaded, meta
+from tests.conftest import PUBLIC, SAMPLES, loaded, meta, requires_shared
+
+pytestmark = requires_shared
 
 H200 = ["decode_eager.json.gz", "decode_graphs.json.gz", "smells.json.gz", "train_step.json.gz"]
 PUBLIC_FILES = sorted(str(p.relative_to(PUBLIC)) for p in PUBLIC.glob("*/*.json*")) or ["missing"]

@@ -14,7 +14,9 @@ import pytest
 
 from loaders.model import MEMCPY_KINDS, Kind, LaneKind
 from loaders.nsys_parts import api_display_name
-from tests.conftest import PUBLIC, SAMPLES, loaded
+from tests.conftest import PUBLIC, SAMPLES, loaded, requires_shared
+
+pytestmark = requires_shared
 
 H200 = ["nsys_decode_eager", "nsys_decode_graphs", "nsys_smells", "nsys_train_step"]
 EDGE = "edge/nsys2022_decode_eager_no_kernels"

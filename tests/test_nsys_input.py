@@ -16,8 +16,10 @@ from bench.nsys_synth import make_export
 from loaders import load
 from loaders.model import Kind, LaneKind, TraceError
 from loaders.nsys_files import export_command
-from tests.conftest import SAMPLES
+from tests.conftest import SAMPLES, requires_shared
 from tui.cli import main
+
+pytestmark = requires_shared
 
 SMELLS = SAMPLES / "nsys_smells.sqlite.gz"
 
