@@ -7,10 +7,10 @@ suffixes such as ``cudaStreamSynchronize_v3020``), so both loaders share it.
 from __future__ import annotations
 
 import re
-import weakref
 
 import numpy as np
 
+from analysis.memo import per_trace
 from loaders.model import Kind, Trace
 
 #: Call classes, ordered so that a larger value wins when calls or ops nest.
@@ -31,14 +31,9 @@ def call_class_of_name(name: str) -> int:
     return LAUNCH
 
 
-_CACHE: dict[int, tuple[weakref.ref, np.ndarray]] = {}
-
-
+@per_trace
 def api_class(trace: Trace) -> np.ndarray:
     """Per event: the call class for CUDA API events, 0 for everything else (cached; do not modify)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
     out = np.zeros(len(trace), dtype=np.int8)
     api = trace.kind == int(Kind.CUDA_API)
     if api.any():
@@ -46,7 +41,6 @@ def api_class(trace: Trace) -> np.ndarray:
         table = np.zeros(len(trace.names), dtype=np.int8)
         table[used] = [call_class_of_name(trace.names[int(i)]) for i in used]
         out[api] = table[trace.name_id[api]]
-    _CACHE[id(trace)] = (weakref.ref(trace), out)
     return out
 
 

@@ -18,13 +18,13 @@ no recorded launch (the trace lacks the CPU side), with what to capture instead.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.busy import BusySpans
 from analysis.calls import CAPTURE_HINT, COPY, LAUNCH, SYNC, api_class, has_cpu_side
+from analysis.memo import per_trace
 from loaders.model import Kind, LaneKind, Trace
 
 CLASS_ORDER = ("sync", "copy", "launch", "host")
@@ -64,14 +64,9 @@ def _busy_between(spans: BusySpans, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     return spans.busy_before(e) - spans.busy_before(s)
 
 
-_CACHE: dict[int, tuple[weakref.ref, dict]] = {}
-
-
+@per_trace
 def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
     """ThreadTime per (pid, tid) that made CUDA calls (cached while the trace lives)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
     cls = api_class(trace)
     by_thread: dict[tuple[int, int], dict[LaneKind, int]] = {}
     for ln in trace.lanes:
@@ -94,7 +89,6 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
             inside = np.searchsorted(starts, o_e, "right") - np.searchsorted(starts, o_s, "left") > 0
             levels[lv] = BusySpans(np.concatenate((a_s[m], o_s[inside])), np.concatenate((a_e[m], o_e[inside])))
         out[key] = ThreadTime(key[0], key[1], levels)
-    _CACHE[id(trace)] = (weakref.ref(trace), out)
     return out
 
 

@@ -25,13 +25,13 @@ Nodes: node ``i < n`` is the end of event ``i``; node ``n + a`` is the entry of 
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.busy import gpu_work
 from analysis.calls import COPY, SYNC, api_class
+from analysis.memo import per_trace
 from loaders.model import Kind, Trace
 
 # Edge types (the edge *into* a node).
@@ -112,16 +112,10 @@ class CriticalPath:
         return self.events_of(SEG_DEVICE)
 
 
-_CACHE: dict[int, tuple[weakref.ref, Graph]] = {}
-
-
+@per_trace
 def graph(trace: Trace) -> Graph:
     """The dependency graph of a trace (cached while the trace lives)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
     g = build_graph(trace)
-    _CACHE[id(trace)] = (weakref.ref(trace), g)
     return g
 
 

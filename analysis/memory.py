@@ -13,12 +13,12 @@ move almost nothing across the bus; a copy that repeats every step is a lever.
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from analysis.busy import gpu_window
+from analysis.memo import per_trace
 from analysis.phases import Phase, phases
 from loaders.model import Kind, Trace
 
@@ -46,17 +46,8 @@ class Steps:
         return int(np.median(d)) if d else 0
 
 
-_CACHE: dict[int, tuple[weakref.ref, list[Phase]]] = {}
-
-
-def trace_phases(trace: Trace) -> list[Phase]:
-    """``phases(trace)``, computed once while the trace lives (do not modify the list)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
-    found = phases(trace)
-    _CACHE[id(trace)] = (weakref.ref(trace), found)
-    return found
+#: ``phases(trace)``, computed once while the trace lives (do not modify the list).
+trace_phases = per_trace(phases)
 
 
 def steps(trace: Trace, found: list[Phase] | None = None) -> Steps:

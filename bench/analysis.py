@@ -26,12 +26,11 @@ def _sample() -> Path | None:
 
 def readings(trace: Trace) -> dict[str, float]:
     """Time each reading from a cold cache, in the order the CLI runs them."""
-    from analysis import calls, causes, critical_path, memory
+    from analysis import critical_path, memo
     from analysis.gaps import analyse_gaps
     from analysis.smells import smells
 
-    for mod in (calls, causes, critical_path, memory):
-        mod._CACHE.clear()
+    memo.clear()
     out = {}
     c0 = time.process_time()
     t = time.perf_counter()

@@ -1,0 +1,39 @@
+"""Per-trace memoisation: a reading computed once while its Trace lives.
+
+Keyed by ``id(trace)`` with a weak reference to tell a live trace from a new one that
+reused the id. Results are shared: callers must not modify them.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+from loaders.model import Trace
+
+R = TypeVar("R")
+_MEMOS: list[dict] = []
+
+
+def per_trace(fn: Callable[[Trace], R]) -> Callable[[Trace], R]:
+    memo: dict[int, tuple[weakref.ref, R]] = {}
+    _MEMOS.append(memo)
+
+    @functools.wraps(fn)
+    def wrapper(trace: Trace) -> R:
+        hit = memo.get(id(trace))
+        if hit is not None and hit[0]() is trace:
+            return hit[1]
+        result = fn(trace)
+        memo[id(trace)] = (weakref.ref(trace), result)
+        return result
+
+    return wrapper
+
+
+def clear() -> None:
+    """Forget every memoised reading (benchmarks time cold runs)."""
+    for memo in _MEMOS:
+        memo.clear()
