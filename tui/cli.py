@@ -7,14 +7,13 @@ Set GAPLENS_DEBUG=1 to see the traceback of an internal failure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from loaders import TraceError, load
-from loaders.model import Trace
+from loaders import TraceError
+from tui.commands.common import load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare")
 
@@ -26,45 +25,27 @@ def bundled_sample() -> str:
     return str(files("samples") / "decode_eager.json.gz")
 
 
-def _load(path: str, quiet: bool = False) -> Trace:
-    trace = load(path)
-    if not quiet:
-        for warning in trace.meta.warnings:
-            print(f"gaplens: warning: {warning}", file=sys.stderr)
-    return trace
-
-
-def _print_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
-
-
 def cmd_summary(args: argparse.Namespace) -> int:
     from analysis.summary import summary
     from tui.commands.summary import render_text
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     if args.json:
-        _print_json(summary(trace, args.top))
+        print_json(summary(trace, args.top))
     else:
         print(render_text(trace, args.top))
     return 0
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    table: dict[str, Callable[[argparse.Namespace], int]] = {"summary": cmd_summary}
-    try:
-        from tui.commands import readings  # gaps, smells, report, compare
+    from tui.commands import compare, readings
 
-        table.update(readings.COMMANDS)
-    except ImportError:
-        pass
-    from tui.commands import compare
-
-    table["compare"] = compare.run
-    return table
+    return {"summary": cmd_summary, **readings.COMMANDS, "compare": compare.run}
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tui.commands import compare, readings
+
     parser = argparse.ArgumentParser(
         prog="gaplens",
         description="GPU profiler timelines in the terminal: is the device busy, or not being fed?",
@@ -74,16 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=10, help="rows per top list (default 10)")
-    try:
-        from tui.commands import readings
-
-        readings.add_parsers(sub)
-    except ImportError:
-        pass
-    from tui.commands import compare
-
-    if "compare" not in sub.choices:
-        compare.add_parser(sub)
+    readings.add_parsers(sub)
+    compare.add_parser(sub)
     return parser
 
 
@@ -99,14 +72,8 @@ def build_tui_parser() -> argparse.ArgumentParser:
 
 
 def run_tui(path: str | None) -> int:
-    try:
-        from tui.app import run_app
-    except ImportError:
-        # The viewer is not built yet: print the headless reading of the trace instead.
-        from tui.commands.summary import render_text
+    from tui.app import run_app
 
-        print(render_text(_load(path or bundled_sample())))
-        return 0
     return run_app(path or bundled_sample())
 
 
@@ -115,11 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             args = build_parser().parse_args(argv)
-            handler = _commands().get(args.command)
-            if handler is None:
-                print(f"gaplens: {args.command}: not available in this build", file=sys.stderr)
-                return 2
-            return handler(args)
+            return _commands()[args.command](args)
         if argv and argv[0] in ("-h", "--help"):
             build_tui_parser().print_help()
             print()

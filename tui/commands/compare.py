@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from analysis.compare import compare
 from analysis.units import fmt_bytes, fmt_ns
+from tui.commands.common import load_trace, print_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,12 +21,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tui.cli import _load
-
-    before, after = _load(args.before), _load(args.after)
+    before, after = load_trace(args.before), load_trace(args.after)
     result = compare(before, after)
     if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+        print_json(result)
     else:
         print(render_text(result))
     return 0

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from analysis.gaps import Gap, analyse_gaps, gap_json, largest
 from analysis.phases import phases
 from analysis.report import phase_at
 from analysis.units import fmt_ns
-from loaders import load
 from loaders.model import Trace, TraceError
-
-
-def _load(path: str) -> Trace:
-    trace = load(path)
-    for warning in trace.meta.warnings:
-        print(f"gaplens: warning: {warning}", file=sys.stderr)
-    return trace
-
-
-def _print_json(obj: object) -> None:
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+from tui.commands.common import load_trace, print_json
 
 
 def _shares(g: Gap) -> str:
@@ -57,11 +45,11 @@ def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
 
 
 def cmd_gaps(args: argparse.Namespace) -> int:
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     gaps = analyse_gaps(trace, phase=args.phase, evidence_top=args.top if args.top is not None else 100)
     if args.json:
         rows = largest(gaps)[: args.top] if args.top is not None else largest(gaps)
-        _print_json({"origin_ns": trace.meta.origin_ns, "gaps": [gap_json(g) for g in rows]})
+        print_json({"origin_ns": trace.meta.origin_ns, "gaps": [gap_json(g) for g in rows]})
     else:
         print(render_gaps(trace, gaps, args.top if args.top is not None else 20))
     return 0
@@ -85,10 +73,10 @@ def render_smells(trace: Trace, findings) -> str:
 def cmd_smells(args: argparse.Namespace) -> int:
     from analysis.smells import smells
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     findings = smells(trace)
     if args.json:
-        _print_json({"origin_ns": trace.meta.origin_ns, "smells": [f.to_json() for f in findings]})
+        print_json({"origin_ns": trace.meta.origin_ns, "smells": [f.to_json() for f in findings]})
     else:
         print(render_smells(trace, findings))
     return 0
@@ -98,7 +86,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from analysis.notes import notes_for_trace
     from analysis.report import report_markdown
 
-    trace = _load(args.trace)
+    trace = load_trace(args.trace)
     saved = notes_for_trace(trace, warn=lambda m: print(f"gaplens: warning: {m}", file=sys.stderr))
     text = report_markdown(trace, notes=saved)
     if args.output:
