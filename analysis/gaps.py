@@ -173,7 +173,7 @@ def largest_on_critical_path(trace_or_gaps, window: tuple[int, int] | None = Non
     """THE highlighted region: the largest blank region on the critical path (None if no gap is on it)."""
     gaps = trace_or_gaps if isinstance(trace_or_gaps, list) else analyse_gaps(trace_or_gaps, window)
     on = [g for g in gaps if g.on_critical_path]
-    return largest(on)[0] if on else None
+    return min(on, key=lambda g: (-g.dur_ns, g.start_ns)) if on else None
 
 
 def gap_json(g: Gap) -> dict:
