@@ -53,7 +53,8 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
             continue
         pid = ev.get("pid", ev.get("pis"))
         tid = ev.get("tid", ev.get("tis"))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw_args = ev.get("args")
+        args: dict = raw_args if isinstance(raw_args, dict) else {}
         if ev.get("ph") == "M":
             _metadata(ctx, ev.get("name"), args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
             continue
