@@ -108,7 +108,9 @@ def _chunk_sql(table: str, exprs: Sequence[str], where: str) -> str:
     return f'SELECT count(*), {cols} FROM "{table}" WHERE {cond}'
 
 
-def _slow_chunk(con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int) -> list[np.ndarray]:
+def _slow_chunk(
+    con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int
+) -> list[np.ndarray]:
     """Row-by-row fallback for chunks holding values that are not plain integers."""
     sel = ", ".join(f"ifnull(CAST({e} AS INTEGER), {NULL})" for e in exprs)
     cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
