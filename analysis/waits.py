@@ -28,8 +28,9 @@ def event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     sync = np.flatnonzero((trace.kind == int(Kind.SYNC)) & (trace.launch >= 0))
     if sync.size == 0:
         return none
-    is_wait = np.asarray(["wait" in name.lower() for name in trace.names], dtype=bool)
-    sync = sync[is_wait[trace.name_id[sync]]]
+    name_ids, name_inv = np.unique(trace.name_id[sync], return_inverse=True)
+    is_wait = np.asarray(["wait" in trace.names[int(i)].lower() for i in name_ids.tolist()], dtype=bool)
+    sync = sync[is_wait[name_inv.reshape(-1)]]
     launched = ops[trace.launch[ops] >= 0]
     if sync.size == 0 or launched.size == 0:
         return none
