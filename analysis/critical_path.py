@@ -6,7 +6,8 @@ Edges (DESIGN.md § Definitions):
   launch  API call -> the GPU op it queued (correlation id, ``trace.launch``)
   sync    GPU op end -> end of the blocking call that waited on it (synchronize
           calls; copy calls that returned only after their own copy finished)
-  wait    cross-stream event wait, where recorded (Kineto ``cuda_sync`` "Stream Wait Event");
+  wait    cross-stream event wait, where recorded (Kineto ``cuda_sync`` "Stream Wait Event", nsys
+          SYNCHRONIZATION + CUDA_EVENT rows; see ``analysis.waits``);
           a segment of kind ``wait`` also marks a long stream-order delay nothing recorded explains
 
 A trace is a realised schedule: every node began when its last predecessor arrived.
@@ -24,7 +25,6 @@ Nodes: node ``i < n`` is the end of event ``i``; node ``n + a`` is the entry of 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +32,8 @@ import numpy as np
 from analysis.busy import gpu_work
 from analysis.calls import COPY, SYNC, api_class
 from analysis.memo import per_trace
-from loaders.model import Kind, Trace
+from analysis.waits import event_waits
+from loaders.model import Trace
 
 # Edge types (the edge *into* a node).
 SOURCE, STREAM, LAUNCH, WAIT, SYNC_EDGE, HOST = 0, 1, 2, 3, 4, 5
@@ -51,8 +52,6 @@ SEG_NAMES = {
 #: Launch-to-start latency up to this long is the launch path (host/driver overhead);
 #: longer, the op sat queued behind something the trace does not show.
 QUEUE_AS_LAUNCH_NS = 100_000
-
-_WAITS_ON = re.compile(r"waits on stream (-?\d+)")
 
 
 @dataclass
@@ -160,10 +159,16 @@ def build_graph(trace: Trace) -> Graph:
 
     # ---- cross-stream event waits -----------------------------------------------
     wait_src = np.full(g.size, -1, dtype=np.int64)
-    for dst, src in _event_waits(trace, ops):
-        k = np.flatnonzero(g == dst)
-        if k.size:
-            wait_src[k[0]] = src
+    dst, src = event_waits(trace, ops)
+    if dst.size:
+        # An op that waited on several events waited on the one whose op ended last.
+        last = np.lexsort((end[src], dst))
+        dst, src = dst[last], src[last]
+        keep = np.ones(dst.size, dtype=bool)
+        keep[:-1] = dst[1:] != dst[:-1]
+        pos = np.empty(n, dtype=np.int64)
+        pos[g] = np.arange(g.size)
+        wait_src[pos[dst[keep]]] = src[keep]
     wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
 
     use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
@@ -243,43 +248,6 @@ def _latest_before(group_src: np.ndarray, t_src: np.ndarray, group_q: np.ndarray
     k = np.searchsorted(ks, key_q, "right") - 1
     valid = (k >= 0) & (group_src[order[np.maximum(k, 0)]] == group_q)
     return np.where(valid, order[np.maximum(k, 0)], -1)
-
-
-def _event_waits(trace: Trace, ops: np.ndarray) -> list[tuple[int, int]]:
-    """(waiting op, awaited op) pairs from recorded stream-wait-event rows.
-
-    Kineto's row names the stream waited on but not the waiting one, so the waiting op
-    is the first op the same thread launches afterwards on another stream of that device,
-    and the awaited op is the last op launched before the wait on the named stream.
-    """
-    sync = np.flatnonzero(trace.kind == int(Kind.SYNC))
-    if sync.size == 0:
-        return []
-    out = []
-    launched = ops[trace.launch[ops] >= 0]
-    if launched.size == 0:
-        return []
-    call_start = trace.start_ns[trace.launch[launched]]
-    order = np.argsort(call_start, kind="stable")
-    launched, call_start = launched[order], call_start[order]
-    stream_of_lane = np.asarray([ln.stream for ln in trace.lanes], dtype=np.int64)
-    op_stream = stream_of_lane[trace.lane[launched]]
-    call_lane = trace.lane[trace.launch[launched]]
-    for s in sync.tolist():
-        if "wait" not in trace.names[int(trace.name_id[s])].lower():
-            continue
-        m = _WAITS_ON.search(trace.details[int(trace.detail_id[s])])
-        w = int(trace.launch[s])
-        if m is None or w < 0:
-            continue
-        src_stream = int(m.group(1))
-        t = int(trace.start_ns[w])
-        k = int(np.searchsorted(call_start, t, "left"))
-        before = np.flatnonzero(op_stream[:k] == src_stream)
-        after = np.flatnonzero((op_stream[k:] != src_stream) & (call_lane[k:] == trace.lane[w]))
-        if before.size and after.size:
-            out.append((int(launched[k + after[0]]), int(launched[before[-1]])))
-    return out
 
 
 def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> CriticalPath:

@@ -13,6 +13,7 @@ viewer highlights and the report zooms into.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,6 +101,7 @@ def analyse_gaps(
     from analysis.critical_path import critical_path
     from loaders.model import TraceError
 
+    windows: Sequence[tuple[int, int] | None]
     if phase is not None:
         windows = phase_windows(trace, phase)
         if not windows:

@@ -60,7 +60,7 @@ class MarkerClock:
         # Each GPU lane's slice of the (lane, queued)-sorted arrays.
         self.lanes = self.lane[first]
         self.bounds = np.r_[np.flatnonzero(first), self.lane.size]
-        busy = np.bincount(lane, weights=trace.end_ns[idx] - trace.start_ns[idx]) if idx.size else []
+        busy = np.bincount(lane, weights=trace.end_ns[idx] - trace.start_ns[idx]) if idx.size else np.zeros(0)
         self.main_lane = int(np.argmax(busy)) if len(busy) else -1
 
     def stream_for(self, t0: int, t1: int) -> int:

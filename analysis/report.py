@@ -82,8 +82,8 @@ def report_markdown(trace: Trace, notes: dict | Notes | None = None) -> str:
     their steps, and its experiment, marked phases and pinned notes close the report.
     """
     saved = notes if isinstance(notes, Notes) else None
-    notes = saved.answers if saved is not None else notes
-    notes = {int(k): v for k, v in (notes or {}).items() if str(k).isdigit()}
+    raw = notes.answers if isinstance(notes, Notes) else notes
+    answers = {int(k): v for k, v in (raw or {}).items() if str(k).isdigit()}
     s = summary(trace, top=5)
     found = trace_phases(trace)
     st = steps(trace, found)
@@ -102,8 +102,8 @@ def report_markdown(trace: Trace, notes: dict | Notes | None = None) -> str:
 
     def section(k: int, lines: list[str]) -> None:
         out.extend([f"## {k}. {STEP_TITLES[k]}", "", *lines])
-        if k in notes and str(notes[k]).strip():
-            out.extend(["", *[f"> {line}" for line in str(notes[k]).splitlines()]])
+        if k in answers and str(answers[k]).strip():
+            out.extend(["", *[f"> {line}" for line in str(answers[k]).splitlines()]])
         out.append("")
 
     # 1 -- workload facts the trace knows

@@ -236,7 +236,7 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     n_groups = int(group.max()) + 1
     seen = np.zeros((n_groups, n_steps + 1), dtype=bool)
     seen[group, np.where(k >= 0, k, n_steps)] = True
-    every_group = seen[:, :n_steps].all(axis=1) & bool(st.family)
+    every_group = np.asarray(seen[:, :n_steps].all(axis=1)) & bool(st.family)
     on_group = np.bincount(group, weights=on, minlength=n_groups)
     for j in np.flatnonzero(on > 0).tolist():
         i = int(idx[j])

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from loaders.model import Kind, LaneKind
+from loaders.syncs import sync_detail
 
 # cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
 CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {
@@ -85,6 +86,7 @@ SCHEMA = pa.schema(
                     ("est. achieved occupancy %", pa.float64()),
                     ("cuda_sync_kind", _S),
                     ("wait_on_stream", _I),
+                    ("wait_on_cuda_event_record_corr_id", _I),
                     ("name", _S),
                     ("Input Dims", _DIMS),
                     ("Input dims", _DIMS),
@@ -94,6 +96,8 @@ SCHEMA = pa.schema(
     ]
 )
 _DIGITS = re.compile(r"-?\d+")
+# cuda_sync args that name streams and the event record: the waiting stream first (FORMATS.md 1.7).
+_SYNC_INTS = ("stream", "wait_on_stream", "wait_on_cuda_event_record_corr_id")
 
 
 def memcpy_kind(name: str) -> Kind:
@@ -396,16 +400,24 @@ def _details_arrow(ctx, detail_id, args, rows, kind, lane_kind, nbytes) -> None:
         detail_id[copies] = ctx.code(ctx.details, [f"bytes {v}" for v in uniq.tolist()])[inv]
     syncs = np.flatnonzero(kind == Kind.SYNC)
     if syncs.size:
-        take = pa.array(rows[syncs])
-        waits = _labelled("waits on stream", args.field("wait_on_stream").take(take))
-        text = _join(args.field("cuda_sync_kind").take(take), waits)
-        _set_details(ctx, detail_id, syncs, pc.fill_null(text, ""))
+        _sync_details(ctx, detail_id, args, rows, syncs)
     host = np.flatnonzero(~np.isin(lane_kind, np.asarray(GPU_LANES, np.int8)))
     if host.size:
         dims = pc.coalesce(args.field("Input Dims"), args.field("Input dims")).take(pa.array(rows[host]))
         has = _np(pc.list_value_length(dims), 0) > 0
         if has.any():
             _set_details(ctx, detail_id, host[has], _dims_text(dims.filter(pa.array(has))))
+
+
+def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.Array, rows: np.ndarray, syncs: np.ndarray) -> None:
+    """Sync rows are few: one ``syncs.sync_detail`` string per distinct (kind, streams, record)."""
+    take = pa.array(rows[syncs])
+    kind_codes, kinds = _dict(args.field("cuda_sync_kind").take(take), "")
+    ints = [_np(args.field(f).take(take), -1).astype(np.int64) for f in _SYNC_INTS]
+    keys = np.stack([kind_codes.astype(np.int64), *ints], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    texts = [sync_detail(kinds[k], stream, on, rec) for k, stream, on, rec in uniq.tolist()]
+    detail_id[syncs] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
 
 
 def _metadata_arrow(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> None:

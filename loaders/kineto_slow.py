@@ -30,6 +30,7 @@ from loaders.kineto_cols import (
     time_ns,
 )
 from loaders.model import Kind, LaneKind
+from loaders.syncs import sync_detail
 
 
 def _decode(line: bytes) -> dict | None:
@@ -53,7 +54,8 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
             continue
         pid = ev.get("pid", ev.get("pis"))
         tid = ev.get("tid", ev.get("tis"))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        raw_args = ev.get("args")
+        args: dict = raw_args if isinstance(raw_args, dict) else {}
         if ev.get("ph") == "M":
             _metadata(ctx, ev.get("name"), args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
             continue
@@ -130,7 +132,10 @@ def _kernel_detail(args: dict) -> str:
 
 
 def _sync_detail(args: dict) -> str:
-    parts = [str(args.get("cuda_sync_kind", ""))]
-    if "wait_on_stream" in args:
-        parts.append(f"waits on stream {args['wait_on_stream']}")
-    return "  ".join(p for p in parts if p)
+    kind = args.get("cuda_sync_kind")
+    return sync_detail(
+        "" if kind is None else str(kind),
+        as_int(args.get("stream", -1), -1),
+        as_int(args.get("wait_on_stream", -1), -1),
+        as_int(args.get("wait_on_cuda_event_record_corr_id", -1), -1),
+    )

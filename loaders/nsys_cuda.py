@@ -13,6 +13,7 @@ import numpy as np
 from loaders.model import Kind, LaneKind
 from loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
 from loaders.nsys_sql import NULL, read_enum
+from loaders.syncs import sync_detail
 
 #: A table reader: yields one (table, {key: SQL expression}, where) request, is sent the
 #: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
@@ -24,6 +25,7 @@ KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
 MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"  # event records: which stream, which call
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 OSRT = "OSRT_API"
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET, GRAPH)
@@ -46,9 +48,10 @@ _COPY = {
     12: (Kind.MEMCPY_DTOH, "DtoH"),
     13: (Kind.MEMCPY_DTOD, "DtoD"),
 }
+_WAIT_LABEL = "Stream wait event"
 # The blocking call names the sync better than syncType, whose stored values drift between versions.
 _SYNC_BY_API = (
-    ("StreamWaitEvent", "Stream wait event"),
+    ("StreamWaitEvent", _WAIT_LABEL),
     ("StreamSynchronize", "Stream sync"),
     ("StreamQuery", "Stream query"),
     ("EventSynchronize", "Event sync"),
@@ -283,7 +286,7 @@ def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     if not ctx.schema.has(SYNC):
         return None
     t, sc = SYNC, ctx.schema
-    extra = {"hint": sc.col(t, "syncType"), "old": sc.col(t, "deprecatedSyncType")}
+    extra = {"hint": sc.col(t, "syncType"), "old": sc.col(t, "deprecatedSyncType"), "event": sc.col(t, "eventId")}
     cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
     hint = np.where((cols["hint"] == NULL) | (cols["hint"] == 0), cols["old"], cols["hint"])
     hint = np.where(hint == NULL, 0, np.clip(hint, 0, 15))
@@ -293,17 +296,33 @@ def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     labels = read_enum(ctx.reader.con(), sc, "ENUM_CUPTI_SYNC_TYPE")
     combo = ((api_name + 1) << 40) | (hint << 36) | (stream & ((1 << 36) - 1))
     codes, inverse = np.unique(combo, return_inverse=True)
+    inverse = inverse.reshape(-1)
     names = ctx.names.values()
     name_lut = np.empty(codes.size, np.int32)
     detail_lut = np.empty(codes.size, np.int32)
+    texts: list[tuple[str, str]] = []  # per code: (label, " by <call>  syncType <h>" tail)
     for j, c in enumerate(codes.tolist()):
         a, h, s = (c >> 40) - 1, (c >> 36) & 15, c & ((1 << 36) - 1)
         call = names[a] if a >= 0 else ""
         label = next((lab for key, lab in _SYNC_BY_API if key in call), labels.get(h, "Sync"))
         name_lut[j] = ctx.names.add(label)
-        where = "device-wide" if s == (1 << 36) - 1 else f"stream {s}"
-        detail_lut[j] = ctx.details.add(f"{where}  by {call or 'unknown call'}  syncType {labels.get(h, h)}")
-    inverse = inverse.reshape(-1)
+        tail = f"by {call or 'unknown call'}  syncType {labels.get(h, h)}"
+        texts.append((label, tail))
+        s = -1 if s == (1 << 36) - 1 else s
+        detail_lut[j] = ctx.details.add(_sync_text(label, s, -1, -1, tail))
+    detail = detail_lut[inverse]
+    # Stream waits name the stream and call that recorded the awaited event (CUDA_EVENT rows).
+    waits = np.flatnonzero(name_lut[inverse] == ctx.names.ids.get(_WAIT_LABEL, -2))
+    if waits.size and ctx.schema.has(CUDA_EVENT):
+        on_stream, record = _event_records(ctx, scope[waits], cols["event"][waits], corr[waits])
+        keys = np.stack([inverse[waits], stream[waits], on_stream, record], axis=1)
+        uniq, back = np.unique(keys, axis=0, return_inverse=True)
+        lut = np.fromiter(
+            (ctx.details.add(_sync_text(texts[j][0], s, on, rec, texts[j][1])) for j, s, on, rec in uniq.tolist()),
+            np.int32,
+            uniq.shape[0],
+        )
+        detail[waits] = lut[back.reshape(-1)]
     return Part.make(
         LaneKind.GPU_SYNC,
         cols["dev"],
@@ -314,8 +333,55 @@ def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
         Kind.SYNC,
         corr,
         scope,
-        detail=detail_lut[inverse],
+        detail=detail,
     )
+
+
+def _sync_text(label: str, stream: int, on_stream: int, record_corr: int, tail: str) -> str:
+    """The shared sync detail (``loaders.syncs``), then how nsys learned it."""
+    where = "" if stream >= 0 or on_stream >= 0 else "device-wide"
+    return "  ".join(p for p in (sync_detail(label, stream, on_stream, record_corr), where, tail) if p)
+
+
+def _event_records(
+    ctx: Context, scope: np.ndarray, event: np.ndarray, corr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per stream wait: (stream, correlation id) of the event record it waited on, -1 when unknown.
+
+    That is the latest record of the same event in the same process issued before the wait
+    call (correlation ids grow with call order): later records cannot satisfy this wait.
+    """
+    on_stream = np.full(corr.size, -1, np.int64)
+    record = np.full(corr.size, -1, np.int64)
+    sc = ctx.schema
+    rec = ctx.reader.ints(
+        CUDA_EVENT,
+        {
+            "pid": sc.col(CUDA_EVENT, "globalPid"),
+            "event": sc.col(CUDA_EVENT, "eventId"),
+            "stream": sc.col(CUDA_EVENT, "streamId"),
+            "corr": sc.col(CUDA_EVENT, "correlationId"),
+        },
+    )
+    ok = (rec["event"] != NULL) & (rec["corr"] != NULL) & (rec["stream"] != NULL)
+    if not ok.any():
+        return on_stream, record
+    r_pid = (process_scope(np.where(rec["pid"] == NULL, 0, rec["pid"])[ok]) >> 24) & 0xFFFFFF
+    r_event, r_stream, r_corr = rec["event"][ok] & 0xFFFFFFFF, rec["stream"][ok], rec["corr"][ok]
+    q_pid = (scope >> 24) & 0xFFFFFF
+    # (process, event) pairs as dense codes, then one sortable key per (pair, correlation).
+    pair_codes, _ = factorize(np.concatenate(((r_pid << 32) | r_event, (q_pid << 32) | (event & 0xFFFFFFFF))))
+    span = int(max(int(r_corr.max()), int(corr.max()))) + 2
+    r_key = pair_codes[: r_corr.size] * span + r_corr
+    q_key = pair_codes[r_corr.size :] * span + np.maximum(corr, 0)
+    order = np.argsort(r_key, kind="stable")
+    r_key = r_key[order]
+    k = np.searchsorted(r_key, q_key, "left") - 1  # strictly before the wait call
+    hit = (k >= 0) & (event != NULL) & (corr >= 0)
+    hit &= (r_key[np.maximum(k, 0)] // span) == pair_codes[r_corr.size :]
+    on_stream[hit] = r_stream[order][k[hit]]
+    record[hit] = r_corr[order][k[hit]]
+    return on_stream, record
 
 
 def read_osrt(ctx: Context) -> PartReader:

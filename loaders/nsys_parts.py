@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from loaders.model import LaneKind
+from loaders.nsys_sql import Reader, Schema
 
 _VERSION_SUFFIX = re.compile(r"(_v\d+)+$")
 TID_MASK = 0xFFFFFF
@@ -135,8 +136,8 @@ class Part:
 class Context:
     """What every table reader needs: the reader, the probed schema, strings and the interners."""
 
-    reader: object  # loaders.nsys_sql.Reader
-    schema: object  # loaders.nsys_sql.Schema
+    reader: Reader
+    schema: Schema
     strings: dict[int, str]
     names: Interner
     details: Interner

@@ -108,7 +108,9 @@ def _chunk_sql(table: str, exprs: Sequence[str], where: str) -> str:
     return f'SELECT count(*), {cols} FROM "{table}" WHERE {cond}'
 
 
-def _slow_chunk(con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int):
+def _slow_chunk(
+    con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int
+) -> list[np.ndarray]:
     """Row-by-row fallback for chunks holding values that are not plain integers."""
     sel = ", ".join(f"ifnull(CAST({e} AS INTEGER), {NULL})" for e in exprs)
     cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
@@ -172,8 +174,9 @@ class Reader:
             c = self.con()
             row = c.execute(sql, (a, b)).fetchone()
             n = int(row[0])
-            cols = [_parse(t, n) for t in row[1:]]
-            if any(x is None for x in cols):
+            parsed = [_parse(t, n) for t in row[1:]]
+            cols = [x for x in parsed if x is not None]
+            if len(cols) < len(parsed):  # some value was not a plain integer
                 cols = _slow_chunk(c, table, sqls, where, a, b)
             return cols
 

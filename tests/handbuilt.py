@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from loaders.events import EventColumns
 from loaders.model import Device, Kind, LaneKind, Meta, Trace
+from loaders.syncs import sync_detail
 
 PID = TID = 100
 API = (LaneKind.CUDA_API, PID, TID)
@@ -44,9 +45,10 @@ class Builder:
     def phase(self, start: int, end: int, name: str) -> None:
         self.cols.add(ANN, start, end, name, Kind.ANNOTATION)
 
-    def wait_event(self, start: int, end: int, on_stream: int) -> int:
+    def wait_event(self, start: int, end: int, on_stream: int, stream: int = -1, record_corr: int = -1) -> int:
+        """A ``cudaStreamWaitEvent`` and its sync row; ``stream`` (the waiting one) unknown by default."""
         corr = self.call(start, end, "cudaStreamWaitEvent")
-        detail = f"Stream Wait Event  waits on stream {on_stream}"
+        detail = sync_detail("Stream Wait Event", stream, on_stream, record_corr)
         self.cols.add(SYNC_LANE, start, end, "Stream Wait Event", Kind.SYNC, corr, 0, detail)
         return corr
 
