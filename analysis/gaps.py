@@ -47,16 +47,8 @@ def blank_regions(
     min_ns: int = 1,
 ) -> list[Gap]:
     """Blank regions of each device (or one), in time order, at least ``min_ns`` long."""
-    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    out: list[Gap] = []
-    for dev in devices:
-        busy = device_busy(trace, dev)
-        w0, w1 = window if window is not None else gpu_window(trace, dev)
-        starts, ends = complement(busy, w0, w1)
-        keep = (ends - starts) >= min_ns
-        out.extend(Gap(dev, int(s), int(e)) for s, e in zip(starts[keep], ends[keep], strict=True))
-    out.sort(key=lambda g: (g.start_ns, g.device))
-    return out
+    devs, starts, ends = _region_arrays(trace, device, window, min_ns)
+    return [Gap(d, s, e) for d, s, e in zip(devs.tolist(), starts.tolist(), ends.tolist(), strict=True)]
 
 
 def complement(busy: BusySpans, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +76,100 @@ def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
     return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
 
 
+@dataclass
+class GapColumns:
+    """Analysed blank regions of one window as columns, in (start, device) order.
+
+    A trace of 10M events has over a million gaps: the viewer keeps these arrays and
+    makes a ``Gap`` only for the one the user looks at.
+    """
+
+    device: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    on_path: np.ndarray  # bool
+    cause: np.ndarray  # index into analysis.causes.CAUSE_NAMES
+    shares: np.ndarray  # (n, 4) in analysis.causes.CLASS_ORDER
+    message: list[str]
+    next_op: np.ndarray  # the GPU op that ended each gap (-1 at the window's end)
+
+    def __len__(self) -> int:
+        return int(self.start_ns.size)
+
+    def gap(self, trace: Trace, k: int, with_evidence: bool = True) -> Gap:
+        """Gap ``k`` as an object, with its evidence events when asked."""
+        from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+
+        c = int(self.cause[k])
+        shares = dict(zip(CLASS_ORDER, self.shares[k].tolist(), strict=True)) if c < UNKNOWN else {"unknown": 1.0}
+        g = Gap(
+            int(self.device[k]),
+            int(self.start_ns[k]),
+            int(self.end_ns[k]),
+            bool(self.on_path[k]),
+            CAUSE_NAMES[c],
+            shares,
+            [],
+            self.message[k],
+        )
+        if with_evidence:
+            g.evidence = evidence(trace, g.start_ns, g.end_ns, int(self.next_op[k]))
+        return g
+
+    def to_gaps(self, trace: Trace, evidence_top: int) -> list[Gap]:
+        """Every gap as an object; the ``evidence_top`` largest get their evidence events."""
+        from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+
+        sy, co, la, ho = CLASS_ORDER
+        # A dict literal per gap is the cheapest way to hand 10^5 gaps their shares.
+        gaps = [
+            Gap(
+                d, s, e, o, CAUSE_NAMES[c], {sy: r0, co: r1, la: r2, ho: r3} if c < UNKNOWN else {"unknown": 1.0}, [], m
+            )
+            for d, s, e, o, c, (r0, r1, r2, r3), m in zip(
+                self.device.tolist(),
+                self.start_ns.tolist(),
+                self.end_ns.tolist(),
+                self.on_path.tolist(),
+                self.cause.tolist(),
+                self.shares.tolist(),
+                self.message,
+                strict=True,
+            )
+        ]
+        for k in np.argsort(-(self.end_ns - self.start_ns), kind="stable")[:evidence_top].tolist():
+            gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(self.next_op[k]))
+        return gaps
+
+    def largest_on_path(self) -> int:
+        """Index of THE highlighted region (largest on the path, earliest on ties), or -1."""
+        on = np.flatnonzero(self.on_path)
+        if on.size == 0:
+            return -1
+        dur = self.end_ns[on] - self.start_ns[on]
+        return int(on[np.lexsort((self.start_ns[on], -dur))[0]])
+
+
+def gap_columns(
+    trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, min_ns: int = 1
+) -> GapColumns:
+    """Blank regions of one window with on-path flag, cause, shares and message, as arrays."""
+    from analysis.causes import UNKNOWN, classify, next_ops
+    from analysis.critical_path import critical_path
+
+    devs, starts, ends = _region_arrays(trace, device, window, min_ns)
+    nxt = np.full(starts.size, -1, np.int64)
+    if starts.size == 0:
+        return GapColumns(devs, starts, ends, np.zeros(0, bool), np.zeros(0, np.int8), np.zeros((0, 4)), [], nxt)
+    host = critical_path(trace, window).time_in(starts, ends)
+    for dev in np.unique(devs).tolist():
+        m = devs == dev
+        nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
+    cause, frac, message = classify(trace, starts, ends, nxt)
+    on = (host >= ON_PATH_SHARE * (ends - starts)) & (cause < UNKNOWN)
+    return GapColumns(devs, starts, ends, on, cause, frac, message, nxt)
+
+
 def analyse_gaps(
     trace: Trace,
     window: tuple[int, int] | None = None,
@@ -97,8 +183,6 @@ def analyse_gaps(
     ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
     ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
     """
-    from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, classify, evidence, next_ops
-    from analysis.critical_path import critical_path
     from loaders.model import TraceError
 
     windows: Sequence[tuple[int, int] | None]
@@ -110,36 +194,7 @@ def analyse_gaps(
         windows = [window]
     out: list[Gap] = []
     for win in windows:
-        devs, starts, ends = _region_arrays(trace, device, win, min_ns)
-        if starts.size == 0:
-            continue
-        path = critical_path(trace, win)
-        host = path.time_in(starts, ends)
-        nxt = np.full(starts.size, -1, np.int64)
-        for dev in np.unique(devs).tolist():
-            m = devs == dev
-            nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
-        cause, frac, message = classify(trace, starts, ends, nxt)
-        on = (host >= ON_PATH_SHARE * (ends - starts)) & (cause < UNKNOWN)
-        names = CAUSE_NAMES
-        # A dict literal per gap is the cheapest way to hand 10^5 gaps their shares.
-        sy, co, la, ho = CLASS_ORDER
-        gaps = [
-            Gap(d, s, e, o, names[c], {sy: r0, co: r1, la: r2, ho: r3} if c < UNKNOWN else {"unknown": 1.0}, [], m)
-            for d, s, e, o, c, (r0, r1, r2, r3), m in zip(
-                devs.tolist(),
-                starts.tolist(),
-                ends.tolist(),
-                on.tolist(),
-                cause.tolist(),
-                frac.tolist(),
-                message,
-                strict=True,
-            )
-        ]
-        for k in np.argsort(-(ends - starts), kind="stable")[:evidence_top].tolist():
-            gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(nxt[k]))
-        out.extend(gaps)
+        out.extend(gap_columns(trace, win, device, min_ns).to_gaps(trace, evidence_top))
     if len(windows) > 1:
         out.sort(key=lambda g: (g.start_ns, g.device))
     return out

@@ -94,15 +94,26 @@ def test_untrusted_names_never_reach_the_terminal():
 
 
 def test_gap_columns_match_blank_regions():
-    """The viewer's column form of the blank regions is exactly ``analysis.gaps.blank_regions``."""
-    from analysis.gaps import blank_regions
-    from tui.readings import _blank_columns
+    """The viewer's gap columns are exactly ``analysis.gaps.blank_regions``, and indexing makes the analysed Gap."""
+    from analysis.gaps import analyse_gaps, blank_regions
+    from tui.readings import compute
 
     for name in ("smells.json.gz", "decode_eager.json.gz"):
         trace = loaded(name)
-        table = _blank_columns(trace)
+        table = compute(trace).gaps
         ref = blank_regions(trace)
         assert len(table) == len(ref)
-        assert [table[k] for k in (0, len(ref) // 2, len(ref) - 1)] == [ref[0], ref[len(ref) // 2], ref[-1]]
+        assert table.start.tolist() == [g.start_ns for g in ref]
+        assert table.end.tolist() == [g.end_ns for g in ref]
+        analysed = analyse_gaps(trace)
+        for k in (0, len(ref) // 2, len(ref) - 1):
+            got, want = table[k], analysed[k]
+            assert (got.start_ns, got.end_ns, got.cause, got.on_critical_path) == (
+                want.start_ns,
+                want.end_ns,
+                want.cause,
+                want.on_critical_path,
+            )
+            assert got.evidence, "the gap the user looks at carries its evidence"
         g = ref[len(ref) // 3]
-        assert table[table.index_at(g.device, (g.start_ns + g.end_ns) // 2)] == g
+        assert table[table.index_at(g.device, (g.start_ns + g.end_ns) // 2)].start_ns == g.start_ns
