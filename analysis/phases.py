@@ -74,8 +74,10 @@ class MarkerClock:
         return best
 
     def at(self, lane: int, t: int) -> int:
-        lo = int(np.searchsorted(self.lane, lane, "left"))
-        hi = int(np.searchsorted(self.lane, lane, "right"))
+        hit = np.flatnonzero(self.lanes == lane)
+        if hit.size == 0:
+            return t
+        lo, hi = int(self.bounds[hit[0]]), int(self.bounds[hit[0] + 1])
         k = lo + int(np.searchsorted(self.queued[lo:hi], t, "left"))  # work queued at t is not yet done at t
         return max(t, int(self.reach[k - 1])) if k > lo else t
 
