@@ -82,7 +82,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.model = model
         self.mono = mono
         self.collapsed: set[str] = set()
-        self.rows: list[Row] = visible_rows(model.tree, self.collapsed)
+        self.deep: dict[int, int] = {}  # lane → deeper level its "+N" row shows (the selection's)
+        self.rows: list[Row] = self._visible()
         self.row_cursor = 0
         self.viewport = Viewport.fit(*model.extent, cols=80)
         self.cursor_ns = (model.extent[0] + model.extent[1]) / 2
@@ -109,7 +110,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def set_model(self, model: TimelineModel) -> None:
         """Swap in a model with more readings (gaps, phases); the view stays where it is."""
         self.model = model
-        self.rows = visible_rows(model.tree, self.collapsed)
+        self.rows = self._visible()
         self.row_cursor = min(self.row_cursor, max(len(self.rows) - 1, 0))
         self._changed()
 
@@ -272,28 +273,39 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         else:
             self.collapsed.add(node)
         current = self.current_row()
-        self.rows = visible_rows(self.model.tree, self.collapsed)
+        self.rows = self._visible()
         if current is not None:
             self.row_cursor = next((k for k, r in enumerate(self.rows) if r.node == current.node), 0)
         self._changed(viewport=False)
 
+    def _visible(self) -> list[Row]:
+        return visible_rows(self.model.tree, self.collapsed, self.deep)
+
     def reveal_lane(self, lane: int, depth: int) -> None:
-        """Expand whatever hides (lane, depth) and put the row cursor on it."""
-        for _ in range(3):
-            hit = next((k for k, r in enumerate(self.rows) if r.lane == lane and r.depth == depth), None)
-            if hit is None:
-                hit = next((k for k, r in enumerate(self.rows) if r.lane == lane), None)
-            if hit is not None and (self.rows[hit].depth == depth or f"l:{lane}" not in self.collapsed):
-                self.set_row_cursor(hit)
-                return
-            # Something above hides it: expand every collapsed node and look again.
-            self.collapsed.clear()
-            self.rows = visible_rows(self.model.tree, self.collapsed)
+        """Expand whatever hides (lane, depth) and put the row cursor on it.
+
+        A level deeper than the drawn sub-rows is shown in the lane's "+N" row.
+        """
+        ln = self.model.trace.lanes[lane]
+        self.deep = {lane: depth} if depth > 0 else {}
+        self.collapsed -= {f"l:{lane}", f"t:{ln.pid}:{ln.tid}", f"p:{ln.pid}", f"gpu:{ln.device}"}
+        self.rows = self._visible()
+        rows = [(k, r) for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.lane == lane]
+        if rows:
+            self.set_row_cursor(next((k for k, r in rows if r.depth == depth), rows[0][0]))
 
     def select(self, sel: Selection | None) -> None:
         self.selection = sel
+        # The "+N" row goes back to its own level once the deep event is no longer selected.
+        if self.deep and (sel is None or sel.event < 0 or self.deep != self._deep_of(sel.event)):
+            self.deep = {}
+            self.rows = self._visible()
         self._changed(viewport=False)
         self.post_message(SelectionChanged(sel))
+
+    def _deep_of(self, i: int) -> dict[int, int]:
+        t = self.model.trace
+        return {int(t.lane[i]): int(t.depth[i])}
 
     # ---- mouse ----------------------------------------------------------------
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:

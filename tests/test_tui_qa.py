@@ -1,0 +1,53 @@
+"""Regressions found by driving the viewer by hand: each test failed before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.test_tui_pilot import drive
+from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
+from tui.raster import SELECTED
+
+
+def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
+    async def body(app, pilot, tl):
+        t = app.model.trace
+        deep = np.flatnonzero(t.depth >= DEPTH_CAP)
+        i = int(deep[len(deep) // 2])  # a "decode_step N" annotation at depth 4
+        lane, depth = int(t.lane[i]), int(t.depth[i])
+        tl.select_event(i)
+        await pilot.pause()
+        row = tl.rows[tl.row_cursor]
+        assert (row.lane, row.depth) == (lane, depth)
+        assert f"┆d{depth}" in gutter_label(row, tl.collapsed, tl.label_width)
+        r = tl.raster(row)
+        col = tl.viewport.col_of((int(t.start_ns[i]) + int(t.end_ns[i])) / 2)
+        assert r.style[col] & SELECTED
+        assert t.name(i) in r.text or r.hi[col] - r.lo[col] >= 1  # the event is drawn there
+        # Enter on that row selects the deep event again rather than its parent.
+        tl.cursor_ns = (int(t.start_ns[i]) + int(t.end_ns[i])) / 2
+        await pilot.press("enter")
+        assert tl.selection.event == i
+        # Clearing the selection gives the "+N" row back its own level.
+        await pilot.press("escape")
+        row = tl.rows[tl.row_cursor]
+        assert row.kind == RowKind.EVENTS and row.depth == DEPTH_CAP - 1 and row.more > 0
+
+    drive("decode_eager.json.gz", body, size=(80, 24))
+
+
+def test_jumping_to_an_event_expands_only_what_hides_it():
+    async def body(app, pilot, tl):
+        t = app.model.trace
+        gpu = next(r for r in tl.rows if r.kind == RowKind.BUSY)
+        cpu_lane = next(r for r in tl.rows if r.kind == RowKind.EVENTS and r.device < 0)
+        proc = next(r for r in tl.rows if r.node == f"p:{t.lanes[cpu_lane.lane].pid}")
+        tl.toggle(gpu.node)
+        tl.toggle(proc.node)
+        i = int(t.row_offsets[cpu_lane.trace_row])
+        tl.select_event(i)
+        await pilot.pause()
+        assert tl.rows[tl.row_cursor].lane == cpu_lane.lane
+        assert gpu.node in tl.collapsed and proc.node not in tl.collapsed
+
+    drive("decode_eager.json.gz", body)
