@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import numpy as np
+import asyncio
 
-from tests.test_tui_pilot import drive
+import numpy as np
+from textual.geometry import Region
+
+from tests.conftest import sample
+from tests.test_tui_pilot import drive, ready
+from tui.app import make_app
+from tui.details import describe
 from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
 from tui.raster import SELECTED
 
@@ -51,3 +57,35 @@ def test_jumping_to_an_event_expands_only_what_hides_it():
         assert gpu.node in tl.collapsed and proc.node not in tl.collapsed
 
     drive("decode_eager.json.gz", body)
+
+
+def test_load_warnings_are_shown_not_swallowed(tmp_path):
+    """A truncated trace opens with what was kept, and says so (the CLI prints the same warning)."""
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(sample("smells.json.gz").read_bytes()[:5000])
+    app = make_app(str(cut))
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            tl = await ready(app, pilot)
+            assert tl is not None and app.model.trace.meta.warnings
+            shown = [n.message for n in app._notifications]
+            assert any("truncated" in m for m in shown)
+
+    asyncio.run(main())
+
+
+def test_details_lines_are_cut_not_wrapped_at_80_columns():
+    """A long kernel name in the evidence must not wrap and push later lines out of the panel."""
+
+    async def body(app, pilot, tl):
+        await pilot.press("c")
+        await pilot.pause()
+        d = app.query_one("#details")
+        box = Region(0, 0, d.outer_size.width, d.outer_size.height)
+        lines = [s.text for s in d.render_lines(box)][1:]  # the rows under the border
+        labels = [label for label, _ in describe(app.model, tl.selection)]
+        assert len(labels) >= 7 and len(lines) == len(labels)
+        assert [line.split()[0] for line in lines] == [label.split()[0] for label in labels]
+
+    drive("decode_eager.json.gz", body, size=(80, 24))

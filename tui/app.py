@@ -148,6 +148,9 @@ class GaplensApp(App[int]):
             self._timeline = Timeline(msg.model, mono=self.mono, id="timeline")
             self.mount(self._timeline, after=self._ruler)
             self._timeline.focus()
+            # What the loader dropped or could not find (truncated file, no GPU activity) must not pass silently.
+            for warning in msg.model.trace.meta.warnings:
+                self.notify(clean_name(warning), title="warning", severity="warning", timeout=30, markup=False)
         self._update_header()
 
     # ---- reacting to the timeline --------------------------------------------
