@@ -173,9 +173,10 @@ class GaplensApp(App[int]):
         if self.model is None:
             return
         tl = self._timeline
-        text = self.model.header(tl.phase if tl else None)
+        parts = self.model.header_parts(tl.phase if tl else None)
         if tl is not None:
-            text += f" · view {ruler_span(tl.viewport)}"
+            parts.append((2, f"view {ruler_span(tl.viewport)}"))
+        text = fit_parts(parts, self._header.content_region.width or self.size.width - 2)
         self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
 
     # ---- app-level actions ------------------------------------------------------
@@ -230,6 +231,14 @@ class GaplensApp(App[int]):
 
 def _bind(runner, action: str):
     return lambda: runner(action)
+
+
+def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> str:
+    """Join header items, dropping the least important until the line fits ``width`` cells."""
+    keep = list(parts)
+    while len(keep) > 1 and len(sep.join(t for _, t in keep)) > width:
+        keep.remove(min(keep, key=lambda p: p[0]))
+    return sep.join(t for _, t in keep)
 
 
 def ruler_span(vp: Viewport) -> str:

@@ -58,12 +58,19 @@ class TimelineModel:
         return sum(bs.busy_in(a, b) for bs in self.busy.values()) / ((b - a) * len(self.busy))
 
     def header(self, phase: Phase | None = None) -> str:
+        return " · ".join(text for _, text in self.header_parts(phase))
+
+    def header_parts(self, phase: Phase | None = None) -> list[tuple[int, str]]:
+        """(keep priority, text) of each header item in display order; the lowest goes first when narrow."""
         a, b = (phase.start_ns, phase.end_ns) if phase else self.window
         where = f"phase {clean_name(phase.name)}" if phase else "window"
-        return (
-            f"{self.title} · {self.device_label} · {where} {fmt_ns(b - a)} · "
-            f"GPU busy {100 * self.busy_share(a, b):.1f}% · {len(self.trace):,} events"
-        )
+        return [
+            (3, self.title),
+            (1, self.device_label),
+            (4, f"{where} {fmt_ns(b - a)}"),
+            (5, f"GPU busy {100 * self.busy_share(a, b):.1f}%"),
+            (0, f"{len(self.trace):,} events"),
+        ]
 
     @property
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
