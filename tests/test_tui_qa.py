@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
+import pytest
 from textual.geometry import Region
 
-from tests.conftest import sample
+from tests.conftest import PUBLIC, _cached, sample
 from tests.test_tui_pilot import drive, ready
 from tui.app import make_app
 from tui.details import describe
@@ -89,3 +90,37 @@ def test_details_lines_are_cut_not_wrapped_at_80_columns():
         assert [line.split()[0] for line in lines] == [label.split()[0] for label in labels]
 
     drive("decode_eager.json.gz", body, size=(80, 24))
+
+
+def test_header_keeps_the_busy_share_on_a_narrow_terminal():
+    """At 80 columns a long file name pushed "GPU busy N%" off the header; now the least useful items go first."""
+
+    async def body(app, pilot, tl):
+        for width in (80, 120, 200):
+            await pilot.resize_terminal(width, 24)
+            await pilot.pause()
+            header = str(app.query_one("#header").render())
+            assert "GPU busy 0.0%" in header and "window 9.35 s" in header and "…" not in header
+            assert ("view " in header) == (width >= 120)
+            assert ("events" in header) == (width >= 200)
+
+    drive("edge/nsys2022_decode_eager_no_kernels.sqlite.gz", body, size=(80, 24))
+
+
+def test_g_and_c_explain_when_no_blank_region_is_on_the_critical_path():
+    """cuda_graph_launches has 7,075 idle spans, none on the critical path; "No blank regions (yet)" was wrong."""
+    path = PUBLIC / "hta" / "cuda_graph_launches.json.gz"
+    if not path.exists():
+        pytest.skip("public samples not available")
+    app = make_app(_cached(str(path)))
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            tl = await ready(app, pilot)
+            assert len(app.model.readings.gaps) and not app.model.readings.marked().size
+            await pilot.press("g", "c")
+            shown = [n.message for n in app._notifications]
+            assert len(shown) == 2 and all("None of the 7,075 blank regions" in m for m in shown)
+            assert tl.selection is None
+
+    asyncio.run(main())

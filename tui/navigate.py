@@ -139,7 +139,7 @@ class TimelineActions:
         m = self.model
         marked, starts, ends = m.gap_arrays()
         if not marked.size:
-            self.notify("No blank regions (yet)", severity="warning")
+            self.notify(self._no_gap_message(), severity="warning")
             return
         sel = self.selection
         ref = sel.gap.start_ns if sel is not None and sel.gap is not None else self.cursor_ns
@@ -161,10 +161,20 @@ class TimelineActions:
         k = int(cand[0] if direction > 0 else cand[-1])
         self.select_gap(m.readings.gaps[int(marked[k])], frame=False)
 
+    def _no_gap_message(self) -> str:
+        r = self.model.readings
+        if r.analysed and len(r.gaps):
+            # Idle spans exist but none waited on the host: say so rather than "no blank regions".
+            return (
+                f"None of the {len(r.gaps):,} blank regions is on the critical path: the device "
+                "waited on something the trace does not record (`gaplens gaps` lists them)"
+            )
+        return "No blank regions in this trace" if r.analysed else "No blank regions (still analysing?)"
+
     def action_largest_gap(self) -> None:
         g = self.model.readings.largest
         if g is None:
-            self.notify("No blank region found", severity="warning")
+            self.notify(self._no_gap_message(), severity="warning")
             return
         self.select_gap(g, frame=True)
 
