@@ -124,3 +124,15 @@ def test_g_and_c_explain_when_no_blank_region_is_on_the_critical_path():
             assert tl.selection is None
 
     asyncio.run(main())
+
+
+def test_the_palette_names_keys_as_typed():
+    """The palette said "keys: question_mark" and "keys: slash"; it now says "?" and "/" like the help screen."""
+
+    async def body(app, pilot, tl):
+        helps = {c.title: c.help for c in app.get_system_commands(app.screen)}
+        assert helps["Help"] == "keys: ?" and helps["Search by name"] == "keys: /"
+        assert helps["Zoom in at the cursor"] == "keys: + = w"
+        assert not any("_" in h for title, h in helps.items() if h.startswith("keys:"))
+
+    drive("smells.json.gz", body)

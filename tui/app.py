@@ -22,7 +22,7 @@ from textual.widgets import Footer, Label, ProgressBar, Static
 from loaders import TraceError, load
 from loaders.model import Trace, clean_name
 from tui.details import Details
-from tui.keys import KEYS
+from tui.keys import KEYS, key_names
 from tui.readings import compute
 from tui.screens.help import HelpScreen
 from tui.screens.prompts import PhaseScreen, SearchScreen
@@ -226,7 +226,7 @@ class GaplensApp(App[int]):
         for keys, action, desc, _ in KEYS:
             target = action.removeprefix("app.")
             runner = self.run_action if action.startswith("app.") else self.timeline.run_action
-            yield SystemCommand(f"{desc}", f"keys: {keys.replace(',', ' ')}", _bind(runner, target))
+            yield SystemCommand(f"{desc}", f"keys: {key_names(keys)}", _bind(runner, target))
 
 
 def _bind(runner, action: str):

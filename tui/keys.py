@@ -74,9 +74,11 @@ def _display(keys: str) -> str:
     return "/".join(names.get(k, k) for k in keys.split(",")[:2])
 
 
+def key_names(keys: str) -> str:
+    """Every key of a binding as typed (``? `` rather than ``question_mark``), for help and the palette."""
+    return " ".join(_display(k) for k in keys.split(","))
+
+
 def help_rows() -> list[tuple[str, str]]:
     """(keys, what they do) for the help screen."""
-    return [
-        (_display(keys) if "," not in keys else " ".join(_display(k) for k in keys.split(",")), desc)
-        for keys, _, desc, _ in KEYS
-    ]
+    return [(key_names(keys), desc) for keys, _, desc, _ in KEYS]
