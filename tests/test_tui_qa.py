@@ -136,3 +136,24 @@ def test_the_palette_names_keys_as_typed():
         assert not any("_" in h for title, h in helps.items() if h.startswith("keys:"))
 
     drive("smells.json.gz", body)
+
+
+def test_space_on_a_one_row_lane_folds_its_thread_and_keeps_the_cursor_there():
+    """Space on "CUDA API" (nothing to fold) did nothing visible; collapsing then jumped the cursor to row 0."""
+
+    async def body(app, pilot, tl):
+        n = len(tl.rows)
+        k = next(k for k, r in enumerate(tl.rows) if r.label == "CUDA API" and not r.heads)
+        tl.set_row_cursor(k)
+        thread = tl.rows[k].lane
+        await pilot.press("space")
+        assert len(tl.rows) < n
+        head = tl.rows[tl.row_cursor]
+        assert head.heads and head.node.startswith("t:") and head.node in tl.collapsed
+        assert not any(r.lane == thread for r in tl.rows)
+        top = tl.scroll_offset.y
+        assert top <= tl.row_cursor < top + tl.scrollable_content_region.height
+        await pilot.press("space")
+        assert len(tl.rows) == n and tl.rows[tl.row_cursor] == head
+
+    drive("decode_eager.json.gz", body, size=(80, 24))

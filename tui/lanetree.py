@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from loaders.model import GPU_LANE_KINDS, Trace, clean_name
+from loaders.model import GPU_LANE_KINDS, Lane, Trace, clean_name
 
 #: Sub-rows drawn per lane before the rest collapse into a "+N" marker.
 DEPTH_CAP = 4
@@ -120,6 +120,20 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
         parent.children.append(node)
     # Devices first: "is the GPU busy?" is the first question, so its rows lead.
     return [devices[d] for d in sorted(devices)] + top
+
+
+def ancestors(lane: Lane) -> list[str]:
+    """Keys of the nodes that hold a lane's rows, innermost first (the key formats of ``build_tree``)."""
+    if lane.kind in GPU_LANE_KINDS:
+        return [f"l:{lane.id}", f"gpu:{lane.device}"]
+    return [f"l:{lane.id}", f"t:{lane.pid}:{lane.tid}", f"p:{lane.pid}"]
+
+
+def group_of(row: Row, trace: Trace) -> str:
+    """The node ``space`` folds on this row: its own, or for a one-row lane (nothing to fold) its parent's."""
+    if row.kind == RowKind.EVENTS and row.depth == 0 and not row.heads:
+        return ancestors(trace.lanes[row.lane])[1]
+    return row.node
 
 
 def visible_rows(nodes: list[Node], collapsed: set[str], deep: Mapping[int, int] | None = None) -> list[Row]:

@@ -13,7 +13,7 @@ import numpy as np
 from analysis.gaps import Gap
 from analysis.phases import Phase
 from loaders.model import Kind
-from tui.lanetree import RowKind
+from tui.lanetree import RowKind, group_of
 from tui.viewport import Viewport
 
 ZOOM_STEP = 0.5
@@ -72,7 +72,7 @@ class TimelineActions:
     def action_toggle_row(self) -> None:
         row = self.current_row()
         if row is not None:
-            self.toggle(row.node)
+            self.toggle(group_of(row, self.model.trace))
 
     # ---- selection ------------------------------------------------------------
     def action_select(self) -> None:

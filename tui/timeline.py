@@ -22,7 +22,7 @@ from textual.strip import Strip
 
 from loaders.model import LaneKind
 from tui import keys
-from tui.lanetree import Row, RowKind, gutter_label, visible_rows
+from tui.lanetree import Row, RowKind, ancestors, gutter_label, visible_rows
 from tui.navigate import Selection, TimelineActions
 from tui.raster import (
     BASE_MASK,
@@ -274,8 +274,10 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.collapsed.add(node)
         current = self.current_row()
         self.rows = self._visible()
-        if current is not None:
-            self.row_cursor = next((k for k, r in enumerate(self.rows) if r.node == current.node), 0)
+        # Stay on the same row if it is still drawn, else on the header of what was folded.
+        head = next((k for k, r in enumerate(self.rows) if r.node == node and r.heads), 0)
+        self.row_cursor = next((k for k, r in enumerate(self.rows) if r == current), head)
+        self.scroll_to_region_row(self.row_cursor)
         self._changed(viewport=False)
 
     def _visible(self) -> list[Row]:
@@ -286,9 +288,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
 
         A level deeper than the drawn sub-rows is shown in the lane's "+N" row.
         """
-        ln = self.model.trace.lanes[lane]
         self.deep = {lane: depth} if depth > 0 else {}
-        self.collapsed -= {f"l:{lane}", f"t:{ln.pid}:{ln.tid}", f"p:{ln.pid}", f"gpu:{ln.device}"}
+        self.collapsed -= set(ancestors(self.model.trace.lanes[lane]))
         self.rows = self._visible()
         rows = [(k, r) for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.lane == lane]
         if rows:
