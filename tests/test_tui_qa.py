@@ -157,3 +157,22 @@ def test_space_on_a_one_row_lane_folds_its_thread_and_keeps_the_cursor_there():
         assert len(tl.rows) == n and tl.rows[tl.row_cursor] == head
 
     drive("decode_eager.json.gz", body, size=(80, 24))
+
+
+def test_i_and_enter_with_nothing_selected_say_how_to_select():
+    """`i` before any selection opened an empty panel; enter on an empty cell cleared the panel without a word."""
+
+    async def body(app, pilot, tl):
+        await pilot.press("i")
+        details = app.query_one("#details")
+        assert details.display and "press enter" in str(details.render())
+        await pilot.press("i")
+        tl.set_row_cursor(0)  # the GPU row, over a cell that is busy, not a blank region
+        g = app.model.readings.largest
+        tl.cursor_ns = g.end_ns + 1
+        tl.set_viewport(tl.viewport.show(g.end_ns, g.end_ns + 10_000))
+        await pilot.press("enter")
+        assert tl.selection is None
+        assert any("Nothing under the cursor" in n.message for n in app._notifications)
+
+    drive("smells.json.gz", body, size=(80, 24))

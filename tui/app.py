@@ -184,6 +184,8 @@ class GaplensApp(App[int]):
         self.push_screen(HelpScreen())
 
     def action_toggle_details(self) -> None:
+        if not self._details.display and self._timeline is not None:
+            self._details.show(self._timeline.model, self._timeline.selection)
         self._details.display = not self._details.display
 
     def action_search(self) -> None:

@@ -94,6 +94,8 @@ class TimelineActions:
             p = m.phase_at(row.depth, t)
             if p is not None:
                 sel = Selection(p.start_ns, p.end_ns, phase=p)
+        if sel is None:
+            self.notify("Nothing under the cursor on this row", timeout=2)
         self.select(sel)
 
     def action_zoom_selection(self) -> None:
