@@ -14,6 +14,7 @@ from tui.app import make_app
 from tui.details import describe
 from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
 from tui.raster import SELECTED
+from tui.timeline import Timeline
 
 
 def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
@@ -176,3 +177,20 @@ def test_i_and_enter_with_nothing_selected_say_how_to_select():
         assert any("Nothing under the cursor" in n.message for n in app._notifications)
 
     drive("smells.json.gz", body, size=(80, 24))
+
+
+def test_clicking_a_bar_selects_it():
+    """on_click called the async run_action without awaiting it, so a click moved the cursor but selected nothing."""
+
+    async def body(app, pilot, tl):
+        t = app.model.trace
+        k = next(k for k, r in enumerate(tl.rows) if r.kind == RowKind.EVENTS and r.label == "annotations")
+        x = tl.label_width + tl.viewport.cols // 2
+        await pilot.click(Timeline, offset=(x, k - tl.scroll_offset.y))
+        await pilot.pause()
+        assert tl.row_cursor == k
+        sel = tl.selection
+        assert sel is not None and sel.event >= 0 and t.name(sel.event) == "ProfilerStep#1"
+        assert app.query_one("#details").display
+
+    drive("decode_eager.json.gz", body)

@@ -332,7 +332,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.row_cursor = row
         if event.x >= self.label_width:
             self.cursor_ns = self.viewport.time_of(event.x - self.label_width + 0.5)
-            self.run_action("select")
+            self.action_select()  # not run_action: that is a coroutine, and un-awaited it never ran
         elif row < len(self.rows) and self.rows[row].heads:
             self.toggle(self.rows[row].node)
         self._changed(viewport=False)
