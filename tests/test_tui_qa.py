@@ -194,3 +194,10 @@ def test_clicking_a_bar_selects_it():
         assert app.query_one("#details").display
 
     drive("decode_eager.json.gz", body)
+
+
+def test_help_explains_the_deep_row_marker_and_the_mouse():
+    from tui.screens.help import LEGEND
+
+    glyphs = {glyph for glyph, _ in LEGEND}
+    assert "┆dN" in glyphs and "mouse" in glyphs
