@@ -201,3 +201,15 @@ def test_help_explains_the_deep_row_marker_and_the_mouse():
 
     glyphs = {glyph for glyph, _ in LEGEND}
     assert "┆dN" in glyphs and "mouse" in glyphs
+
+
+def test_help_and_quit_are_visible_in_the_footer_at_80_columns():
+    """The footer is cut at 80 columns; "? help" and "q quit" came last and were cut off."""
+    from textual.widgets._footer import FooterKey
+
+    async def body(app, pilot, tl):
+        shown = {k.action: k.region for k in app.query(FooterKey)}
+        for action in ("app.help", "app.quit", "zoom_in", "fit"):
+            assert shown[action].width and shown[action].right <= 80 - len("^p palette"), action
+
+    drive("smells.json.gz", body, size=(80, 24))

@@ -53,10 +53,15 @@ _SHORT = {
 }
 
 
+# Shown first in the footer: at 80 columns the end of the footer is cut, and "? help" must survive.
+_FOOTER_FIRST = ("app.help", "app.quit")
+
+
 def bindings() -> list[Binding]:
+    rows = sorted(KEYS, key=lambda k: k[1] not in _FOOTER_FIRST)  # stable: the rest keep their order
     return [
         Binding(keys, action, _SHORT.get(action, desc), show=show, key_display=_display(keys))
-        for keys, action, desc, show in KEYS
+        for keys, action, desc, show in rows
     ]
 
 
