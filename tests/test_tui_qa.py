@@ -15,6 +15,7 @@ from tui.details import describe
 from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
 from tui.raster import SELECTED
 from tui.timeline import Timeline
+from tui.viewmodel import build_model
 
 
 def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
@@ -213,3 +214,18 @@ def test_help_and_quit_are_visible_in_the_footer_at_80_columns():
             assert shown[action].width and shown[action].right <= 80 - len("^p palette"), action
 
     drive("smells.json.gz", body, size=(80, 24))
+
+
+def test_the_row_cursor_stays_on_its_row_when_the_readings_add_phase_rows():
+    """Readings arrive after the first frame and insert phase rows; the cursor used to stay on a row number."""
+
+    async def body(app, pilot, tl):
+        k = next(k for k, r in enumerate(tl.rows) if r.label == "CUDA API")
+        tl.set_row_cursor(k)
+        row = tl.rows[k]
+        tl.set_model(build_model(app.model.trace))  # the same trace before its readings: no phase rows
+        assert tl.rows[tl.row_cursor] == row and tl.row_cursor < k
+        tl.set_model(app.model)
+        assert tl.rows[tl.row_cursor] == row and tl.row_cursor == k
+
+    drive("decode_eager.json.gz", body, size=(80, 24))

@@ -110,8 +110,12 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def set_model(self, model: TimelineModel) -> None:
         """Swap in a model with more readings (gaps, phases); the view stays where it is."""
         self.model = model
+        current = self.current_row()
         self.rows = self._visible()
-        self.row_cursor = min(self.row_cursor, max(len(self.rows) - 1, 0))
+        # The phase rows arrive with the readings and push the rows below them down.
+        last = max(len(self.rows) - 1, 0)
+        self.row_cursor = next((k for k, r in enumerate(self.rows) if r == current), min(self.row_cursor, last))
+        self.scroll_to_region_row(self.row_cursor)
         self._changed()
 
     def on_resize(self, event: events.Resize) -> None:
