@@ -229,3 +229,23 @@ def test_the_row_cursor_stays_on_its_row_when_the_readings_add_phase_rows():
         assert tl.rows[tl.row_cursor] == row and tl.row_cursor == k
 
     drive("decode_eager.json.gz", body, size=(80, 24))
+
+
+def test_opening_the_details_panel_keeps_the_cursor_row_in_view():
+    """At 80x24 the cursor on the last visible row went under the details panel that its selection opened."""
+
+    async def body(app, pilot, tl):
+        t = app.model.trace
+        k = next(k for k, r in enumerate(tl.rows) if r.label == "CUDA API")
+        assert k < tl.scrollable_content_region.height  # visible before the panel opens
+        for _ in range(k):
+            await pilot.press("j")
+        i = int(t.row_offsets[tl.rows[k].trace_row]) + 100
+        tl.cursor_ns = (int(t.start_ns[i]) + int(t.end_ns[i])) / 2
+        await pilot.press("enter")
+        await pilot.pause()
+        assert tl.selection is not None and app.query_one("#details").display
+        top = tl.scroll_offset.y
+        assert top <= tl.row_cursor < top + tl.scrollable_content_region.height
+
+    drive("decode_eager.json.gz", body, size=(80, 24))

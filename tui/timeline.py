@@ -124,6 +124,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.viewport = Viewport.fit(*self.model.extent, cols=self.cols)
         else:
             self.viewport = self.viewport.with_cols(self.cols)
+        # Fewer lines (the details panel opened, the terminal shrank) must not hide the cursor's row.
+        self.call_after_refresh(self.scroll_to_region_row, self.row_cursor)
         self._changed()
 
     def _changed(self, viewport: bool = True) -> None:
