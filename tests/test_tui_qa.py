@@ -16,6 +16,7 @@ from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
 from tui.raster import SELECTED
 from tui.timeline import Timeline
 from tui.viewmodel import build_model
+from tui.viewport import Viewport
 
 
 def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
@@ -249,3 +250,25 @@ def test_opening_the_details_panel_keeps_the_cursor_row_in_view():
         assert top <= tl.row_cursor < top + tl.scrollable_content_region.height
 
     drive("decode_eager.json.gz", body, size=(80, 24))
+
+
+def test_a_jump_outside_the_phase_filter_leaves_the_filter_and_shows_the_target():
+    """Filtered to "transfer", `c` selected the tokenize gap but the view stayed clamped to the phase."""
+
+    async def body(app, pilot, tl):
+        p = next(p for p in app.model.readings.phases if p.name == "transfer")
+        tl.phase = p
+        tl.set_viewport(Viewport.fit(p.start_ns, p.end_ns, tl.cols))
+        await pilot.press("c")
+        g = tl.selection.gap
+        assert tl.phase is None and tl.viewport.contains(g.start_ns, g.end_ns)
+        assert "phase" not in str(app.query_one("#header").render())
+        # A jump inside the phase keeps the filter.
+        tl.phase = p
+        tl.set_viewport(Viewport.fit(p.start_ns, p.end_ns, tl.cols))
+        t = app.model.trace
+        i = int(np.flatnonzero((t.start_ns >= p.start_ns) & (t.end_ns <= p.end_ns) & (t.depth == 0))[0])
+        tl.select_event(i)
+        assert tl.phase == p
+
+    drive("smells.json.gz", body)

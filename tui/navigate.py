@@ -12,7 +12,7 @@ import numpy as np
 
 from analysis.gaps import Gap
 from analysis.phases import Phase
-from loaders.model import Kind
+from loaders.model import Kind, clean_name
 from tui.lanetree import RowKind, group_of
 from tui.viewport import Viewport
 
@@ -115,12 +115,23 @@ class TimelineActions:
         """Select event ``i``, bring its row under the row cursor and its span into view."""
         t = self.model.trace
         s, e = int(t.start_ns[i]), int(t.end_ns[i])
+        self._leave_phase_for(s, e)
         self.reveal_lane(int(t.lane[i]), int(t.depth[i]))
         self.cursor_ns = s if e - s < self.viewport.ns_per_col else (s + e) / 2
         self.set_viewport(self.viewport.reveal(s, e))
         self.select(Selection(s, e, event=i))
 
+    def _leave_phase_for(self, t0_ns: int, t1_ns: int) -> None:
+        """A jump (search, flow, largest gap) to outside the phase filter drops the filter; else it could not show."""
+        p = self.phase
+        if p is None or (p.start_ns <= t0_ns and t1_ns <= p.end_ns):
+            return
+        self.phase = None
+        self.viewport = self.viewport.with_extent(*self.model.extent)
+        self.notify(f"Showing the whole trace: the target lies outside the phase {clean_name(p.name)!r}", markup=False)
+
     def select_gap(self, g, frame: bool) -> None:
+        self._leave_phase_for(g.start_ns, g.end_ns)
         row = next((k for k, r in enumerate(self.rows) if r.kind == RowKind.BUSY and r.device == g.device), None)
         if row is not None:
             self.set_row_cursor(row)
