@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from textual.geometry import Region
 
+from loaders.model import Kind
 from tests.conftest import PUBLIC, _cached, sample
 from tests.test_tui_pilot import drive, ready
 from tui.app import make_app
@@ -170,10 +171,11 @@ def test_i_and_enter_with_nothing_selected_say_how_to_select():
         details = app.query_one("#details")
         assert details.display and "press enter" in str(details.render())
         await pilot.press("i")
-        tl.set_row_cursor(0)  # the GPU row, over a cell that is busy, not a blank region
-        g = app.model.readings.largest
-        tl.cursor_ns = g.end_ns + 1
-        tl.set_viewport(tl.viewport.show(g.end_ns, g.end_ns + 10_000))
+        stream = next(k for k, r in enumerate(tl.rows) if r.kind == RowKind.EVENTS and r.device >= 0)
+        tl.set_row_cursor(stream)
+        g = app.model.readings.largest  # the stream is idle in the middle of the largest blank region
+        tl.cursor_ns = (g.start_ns + g.end_ns) / 2
+        tl.set_viewport(tl.viewport.show(g.start_ns, g.end_ns))
         await pilot.press("enter")
         assert tl.selection is None
         assert any("Nothing under the cursor" in n.message for n in app._notifications)
@@ -272,3 +274,23 @@ def test_a_jump_outside_the_phase_filter_leaves_the_filter_and_shows_the_target(
         assert tl.phase == p
 
     drive("smells.json.gz", body)
+
+
+def test_enter_on_the_busy_gpu_row_selects_the_op_that_kept_it_busy():
+    """Enter on the device row selected only blank regions; over busy cells it did nothing."""
+
+    async def body(app, pilot, tl):
+        t = app.model.trace
+        k = int(np.flatnonzero(t.kind == int(Kind.KERNEL))[len(np.flatnonzero(t.kind == int(Kind.KERNEL))) // 2])
+        s, e = int(t.start_ns[k]), int(t.end_ns[k])
+        tl.set_row_cursor(0)
+        assert tl.rows[0].kind == RowKind.BUSY
+        tl.set_viewport(tl.viewport.show(s, e))
+        tl.cursor_ns = (s + e) / 2
+        await pilot.press("enter")
+        assert tl.selection is not None and tl.selection.event == k
+        assert tl.rows[tl.row_cursor].lane == int(t.lane[k])  # the cursor moved to the op's stream
+        await pilot.press("o")
+        assert tl.selection.event == int(t.launch[k])
+
+    drive("decode_eager.json.gz", body)

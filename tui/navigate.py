@@ -90,6 +90,11 @@ class TimelineActions:
             g = m.gap_at(row.device, t)
             if g is not None:
                 sel = Selection(g.start_ns, g.end_ns, gap=g)
+            else:  # the device was busy here: pick the op that kept it busy, on its stream's row
+                i = m.gpu_op_at(row.device, t, tol)
+                if i is not None:
+                    self.select_event(i)
+                    return
         elif row.kind == RowKind.PHASES:
             p = m.phase_at(row.depth, t)
             if p is not None:
