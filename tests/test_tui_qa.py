@@ -294,3 +294,19 @@ def test_enter_on_the_busy_gpu_row_selects_the_op_that_kept_it_busy():
         assert tl.selection.event == int(t.launch[k])
 
     drive("decode_eager.json.gz", body)
+
+
+def test_home_and_end_move_the_row_cursor_with_the_scroll():
+    """home/end (inherited from ScrollableContainer) scrolled the rows but left the cursor off screen."""
+
+    async def body(app, pilot, tl):
+        await pilot.press("end")
+        await pilot.pause()
+        assert tl.row_cursor == len(tl.rows) - 1
+        top = tl.scroll_offset.y
+        assert top <= tl.row_cursor < top + tl.scrollable_content_region.height
+        await pilot.press("home")
+        await pilot.pause()
+        assert tl.row_cursor == 0 and tl.scroll_offset.y == 0
+
+    drive("train_step.json.gz", body, size=(80, 24))

@@ -265,6 +265,13 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.scroll_to_region_row(self.row_cursor)
         self._changed(viewport=False)
 
+    # home/end come from ScrollableContainer and only scrolled, leaving the row cursor off screen.
+    def action_scroll_home(self) -> None:
+        self.set_row_cursor(0)
+
+    def action_scroll_end(self) -> None:
+        self.set_row_cursor(len(self.rows) - 1)
+
     def scroll_to_region_row(self, i: int) -> None:
         top = self.scroll_offset.y
         height = self.scrollable_content_region.height
