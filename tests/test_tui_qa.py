@@ -310,3 +310,11 @@ def test_home_and_end_move_the_row_cursor_with_the_scroll():
         assert tl.row_cursor == 0 and tl.scroll_offset.y == 0
 
     drive("train_step.json.gz", body, size=(80, 24))
+
+
+def test_g_on_a_trace_without_gpu_activity_says_so():
+    async def body(app, pilot, tl):
+        await pilot.press("g")
+        assert any("No GPU activity" in n.message for n in app._notifications)
+
+    drive("edge/nsys2022_decode_eager_no_kernels.sqlite.gz", body, size=(80, 24))

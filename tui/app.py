@@ -150,7 +150,7 @@ class GaplensApp(App[int]):
             self._timeline.focus()
             # What the loader dropped or could not find (truncated file, no GPU activity) must not pass silently.
             for warning in msg.model.trace.meta.warnings:
-                self.notify(clean_name(warning), title="warning", severity="warning", timeout=30, markup=False)
+                self.notify(clean_name(warning), title="warning", severity="warning", timeout=15, markup=False)
         self._update_header()
 
     # ---- reacting to the timeline --------------------------------------------

@@ -181,6 +181,8 @@ class TimelineActions:
 
     def _no_gap_message(self) -> str:
         r = self.model.readings
+        if not self.model.busy:
+            return "No GPU activity in this trace, so no blank regions between GPU ops"
         if r.analysed and len(r.gaps):
             # Idle spans exist but none waited on the host: say so rather than "no blank regions".
             return (
