@@ -9,7 +9,7 @@ import pytest
 from textual.geometry import Region
 
 from loaders.model import Kind
-from tests.conftest import PUBLIC, _cached, sample
+from tests.conftest import PUBLIC, _cached, loaded, sample
 from tests.test_tui_pilot import drive, ready
 from tui.app import make_app
 from tui.details import describe
@@ -318,3 +318,35 @@ def test_g_on_a_trace_without_gpu_activity_says_so():
         assert any("No GPU activity" in n.message for n in app._notifications)
 
     drive("edge/nsys2022_decode_eager_no_kernels.sqlite.gz", body, size=(80, 24))
+
+
+def test_header_says_analysing_until_the_readings_arrive(monkeypatch):
+    """On 1M events the readings take seconds; g/c answered "no blank regions" with no sign of work in progress."""
+    import threading
+
+    import tui.app
+
+    release = threading.Event()
+    compute = tui.app.compute
+
+    def slow(trace):
+        release.wait(10)
+        return compute(trace)
+
+    monkeypatch.setattr(tui.app, "compute", slow)
+    app = make_app(loaded("smells.json.gz"))
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 30)) as pilot:
+            for _ in range(100):
+                await pilot.pause()
+                if app.model is not None:
+                    break
+            assert "analysing gaps…" in str(app.query_one("#header").render())
+            await pilot.press("c")
+            assert any("Still analysing" in n.message for n in app._notifications)
+            release.set()
+            await ready(app, pilot)
+            assert "analysing" not in str(app.query_one("#header").render())
+
+    asyncio.run(main())

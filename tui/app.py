@@ -66,6 +66,7 @@ class GaplensApp(App[int]):
         self.model: TimelineModel | None = None
         self.error: str | None = None
         self.last_search = ""
+        self.analysing = False
 
     # ---- layout ---------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -140,6 +141,7 @@ class GaplensApp(App[int]):
 
     def on_model_ready(self, msg: ModelReady) -> None:
         self.model = msg.model
+        self.analysing = not msg.final
         if self._timeline is not None:
             self._timeline.set_model(msg.model)
         else:
@@ -176,6 +178,8 @@ class GaplensApp(App[int]):
         parts = self.model.header_parts(tl.phase if tl else None)
         if tl is not None:
             parts.append((2, f"view {ruler_span(tl.viewport)}"))
+        if self.analysing:  # blank regions and phases are still being computed (seconds on 1M+ events)
+            parts.append((6, "analysing gaps…"))
         text = fit_parts(parts, self._header.content_region.width or self.size.width - 2)
         self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
 

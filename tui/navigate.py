@@ -181,6 +181,8 @@ class TimelineActions:
 
     def _no_gap_message(self) -> str:
         r = self.model.readings
+        if getattr(self.app, "analysing", False):
+            return "Still analysing the blank regions (see the header): try again in a moment"
         if not self.model.busy:
             return "No GPU activity in this trace, so no blank regions between GPU ops"
         if r.analysed and len(r.gaps):
