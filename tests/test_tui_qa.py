@@ -350,3 +350,52 @@ def test_header_says_analysing_until_the_readings_arrive(monkeypatch):
             assert "analysing" not in str(app.query_one("#header").render())
 
     asyncio.run(main())
+
+
+def test_q_quits_at_once_even_while_loading_or_analysing(tmp_path):
+    """q did nothing on the loading screen, and after quitting the process waited for the analysis thread."""
+    import contextlib
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    script = tmp_path / "slow.py"
+    script.write_text(
+        "import sys, time\n"
+        "import tui.app\n"
+        "def slow(trace):\n"
+        "    time.sleep(60)\n"
+        "tui.app.compute = slow\n"
+        f"sys.exit(tui.app.run_app({str(sample('smells.json.gz'))!r}))\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a terminal app on a pseudo-terminal
+        os.chdir(root)
+        os.environ.update(PYTHONPATH=root, TERM="xterm-256color", COLUMNS="100", LINES="30")
+        os.execv(sys.executable, [sys.executable, str(script)])
+    out = b""
+    deadline = time.monotonic() + 30
+    while b"analysing" not in out and time.monotonic() < deadline:
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                break
+    assert b"analysing" in out, out[-500:]
+    os.write(fd, b"q")
+    start = time.monotonic()
+    while time.monotonic() - start < 20:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if select.select([fd], [], [], 0.1)[0]:
+            with contextlib.suppress(OSError):  # the child closed its end
+                os.read(fd, 65536)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    os.close(fd)
+    assert done and time.monotonic() - start < 5 and os.waitstatus_to_exitcode(status) == 0

@@ -5,19 +5,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static
+from textual.worker import get_current_worker
 
 from loaders import TraceError, load
 from loaders.model import Trace, clean_name
@@ -29,6 +33,10 @@ from tui.screens.prompts import PhaseScreen, SearchScreen
 from tui.timeline import SelectionChanged, Timeline, ViewportChanged
 from tui.viewmodel import TimelineModel, build_model, with_readings
 from tui.viewport import Viewport, ruler_text
+
+
+class _Quit(Exception):
+    """Raised from the progress callback to abandon a load after the app quit."""
 
 
 @dataclass
@@ -58,6 +66,8 @@ class Ruler(Static):
 class GaplensApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "gaplens"
+    # The timeline binds q too; this one also works while a big trace is still loading.
+    BINDINGS: ClassVar = [Binding("q", "quit", "quit", show=False)]
 
     def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
         super().__init__()
@@ -67,6 +77,7 @@ class GaplensApp(App[int]):
         self.error: str | None = None
         self.last_search = ""
         self.analysing = False
+        self.loaded = False  # the loading worker has finished (model and readings, or failure)
 
     # ---- layout ---------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -95,9 +106,18 @@ class GaplensApp(App[int]):
     # ---- loading (worker thread; talks to the UI only through messages) -------
     @work(thread=True, exclusive=True, group="load")
     def load_trace(self) -> None:
+        try:
+            self._load_trace()
+        finally:
+            self.loaded = True
+
+    def _load_trace(self) -> None:
         last = [0.0]
+        worker = get_current_worker()
 
         def progress(stage: str, fraction: float) -> None:
+            if worker.is_cancelled:  # the app quit: stop reading rather than keep the process alive
+                raise _Quit
             now = time.monotonic()
             if now - last[0] >= 0.25 or fraction >= 1.0:  # batch updates, do not flood the UI
                 last[0] = now
@@ -119,10 +139,13 @@ class GaplensApp(App[int]):
             self.post_message(LoadFailed(str(exc)))
             return
         except Exception as exc:  # an internal failure is reported, not raised through the UI
-            self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
+            if not worker.is_cancelled:
+                self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
             return
         if not isinstance(self.source, TimelineModel):
             self.post_message(ModelReady(model, final=False))
+        if worker.is_cancelled:  # quit before the readings: skip seconds of work nobody will see
+            return
         try:
             self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
         except Exception as exc:
@@ -261,7 +284,18 @@ def make_app(path_or_trace: str | Trace | TimelineModel, mono: bool | None = Non
 def run_app(path: str) -> int:
     """Run the viewer; the exit status follows the CLI contract (2: unusable input)."""
     app = make_app(path)
-    code = app.run()
+    # Our own loop: asyncio.run would end by joining the loading thread (shutdown_default_executor).
+    loop = asyncio.new_event_loop()
+    try:
+        code = int(app.run(loop=loop) or 0)
+    finally:
+        loop.close()  # does not wait for executor threads
     if app.error:
         print(f"gaplens: {app.error}", file=sys.stderr)
-    return int(code or 0)
+    if not app.loaded:
+        # Quit mid-load or mid-analysis: the worker thread cannot be interrupted inside numpy or
+        # SQLite, and interpreter exit would join it, seconds later. Nothing it does needs saving.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
