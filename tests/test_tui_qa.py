@@ -399,3 +399,16 @@ def test_q_quits_at_once_even_while_loading_or_analysing(tmp_path):
         os.waitpid(pid, 0)
     os.close(fd)
     assert done and time.monotonic() - start < 5 and os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("key", ["slash", "p"])
+def test_prompts_fit_a_narrow_terminal(key):
+    """The search and phase prompts were 70 columns wide whatever the terminal, cut off below 72 columns."""
+
+    async def body(app, pilot, tl):
+        await pilot.press(key)
+        await pilot.pause()
+        box = app.screen.query_one("#search" if key == "slash" else "#phases")
+        assert box.outer_size.width <= 56 and box.region.right <= 56
+
+    drive("smells.json.gz", body, size=(56, 20))
