@@ -5,24 +5,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static
+from textual.worker import get_current_worker
 
 from loaders import TraceError, load
 from loaders.model import Trace, clean_name
 from tui.details import Details
-from tui.keys import KEYS
+from tui.keys import KEYS, key_names
 from tui.protocol import ProtocolApp
 from tui.readings import compute
 from tui.screens.help import HelpScreen
@@ -30,6 +34,10 @@ from tui.screens.prompts import PhaseScreen, SearchScreen
 from tui.timeline import SelectionChanged, Timeline, ViewportChanged
 from tui.viewmodel import TimelineModel, build_model, with_readings
 from tui.viewport import Viewport, ruler_text
+
+
+class _Quit(Exception):
+    """Raised from the progress callback to abandon a load after the app quit."""
 
 
 @dataclass
@@ -59,6 +67,8 @@ class Ruler(Static):
 class GaplensApp(ProtocolApp):
     CSS_PATH = "app.tcss"
     TITLE = "gaplens"
+    # The timeline binds q too; this one also works while a big trace is still loading.
+    BINDINGS: ClassVar = [Binding("q", "quit", "quit", show=False)]
 
     def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
         super().__init__()
@@ -67,6 +77,8 @@ class GaplensApp(ProtocolApp):
         self.model: TimelineModel | None = None
         self.error: str | None = None
         self.last_search = ""
+        self.analysing = False
+        self.loaded = False  # the loading worker has finished (model and readings, or failure)
 
     # ---- layout ---------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -95,9 +107,18 @@ class GaplensApp(ProtocolApp):
     # ---- loading (worker thread; talks to the UI only through messages) -------
     @work(thread=True, exclusive=True, group="load")
     def load_trace(self) -> None:
+        try:
+            self._load_trace()
+        finally:
+            self.loaded = True
+
+    def _load_trace(self) -> None:
         last = [0.0]
+        worker = get_current_worker()
 
         def progress(stage: str, fraction: float) -> None:
+            if worker.is_cancelled:  # the app quit: stop reading rather than keep the process alive
+                raise _Quit
             now = time.monotonic()
             if now - last[0] >= 0.25 or fraction >= 1.0:  # batch updates, do not flood the UI
                 last[0] = now
@@ -119,10 +140,13 @@ class GaplensApp(ProtocolApp):
             self.post_message(LoadFailed(str(exc)))
             return
         except Exception as exc:  # an internal failure is reported, not raised through the UI
-            self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
+            if not worker.is_cancelled:
+                self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
             return
         if not isinstance(self.source, TimelineModel):
             self.post_message(ModelReady(model, final=False))
+        if worker.is_cancelled:  # quit before the readings: skip seconds of work nobody will see
+            return
         try:
             self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
         except Exception as exc:
@@ -141,6 +165,7 @@ class GaplensApp(ProtocolApp):
 
     def on_model_ready(self, msg: ModelReady) -> None:
         self.model = msg.model
+        self.analysing = not msg.final
         if self._timeline is not None:
             self._timeline.set_model(msg.model)
         else:
@@ -149,6 +174,9 @@ class GaplensApp(ProtocolApp):
             self._timeline = Timeline(msg.model, mono=self.mono, id="timeline")
             self.mount(self._timeline, after=self._ruler)
             self._timeline.focus()
+            # What the loader dropped or could not find (truncated file, no GPU activity) must not pass silently.
+            for warning in msg.model.trace.meta.warnings:
+                self.notify(clean_name(warning), title="warning", severity="warning", timeout=15, markup=False)
         self._update_header()
 
     # ---- reacting to the timeline --------------------------------------------
@@ -171,9 +199,12 @@ class GaplensApp(ProtocolApp):
         if self.model is None:
             return
         tl = self._timeline
-        text = self.model.header(tl.phase if tl else None)
+        parts = self.model.header_parts(tl.phase if tl else None)
         if tl is not None:
-            text += f" · view {ruler_span(tl.viewport)}"
+            parts.append((2, f"view {ruler_span(tl.viewport)}"))
+        if self.analysing:  # blank regions and phases are still being computed (seconds on 1M+ events)
+            parts.append((6, "analysing gaps…"))
+        text = fit_parts(parts, self._header.content_region.width or self.size.width - 2)
         self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
 
     # ---- app-level actions ------------------------------------------------------
@@ -181,6 +212,8 @@ class GaplensApp(ProtocolApp):
         self.push_screen(HelpScreen())
 
     def action_toggle_details(self) -> None:
+        if not self._details.display and self._timeline is not None:
+            self._details.show(self._timeline.model, self._timeline.selection)
         self._details.display = not self._details.display
 
     def action_search(self) -> None:
@@ -223,11 +256,19 @@ class GaplensApp(ProtocolApp):
         for keys, action, desc, _ in KEYS:
             target = action.removeprefix("app.")
             runner = self.run_action if action.startswith("app.") else self.timeline.run_action
-            yield SystemCommand(f"{desc}", f"keys: {keys.replace(',', ' ')}", _bind(runner, target))
+            yield SystemCommand(f"{desc}", f"keys: {key_names(keys)}", _bind(runner, target))
 
 
 def _bind(runner, action: str):
     return lambda: runner(action)
+
+
+def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> str:
+    """Join header items, dropping the least important until the line fits ``width`` cells."""
+    keep = list(parts)
+    while len(keep) > 1 and len(sep.join(t for _, t in keep)) > width:
+        keep.remove(min(keep, key=lambda p: p[0]))
+    return sep.join(t for _, t in keep)
 
 
 def ruler_span(vp: Viewport) -> str:
@@ -244,7 +285,18 @@ def make_app(path_or_trace: str | Trace | TimelineModel, mono: bool | None = Non
 def run_app(path: str) -> int:
     """Run the viewer; the exit status follows the CLI contract (2: unusable input)."""
     app = make_app(path)
-    code = app.run()
+    # Our own loop: asyncio.run would end by joining the loading thread (shutdown_default_executor).
+    loop = asyncio.new_event_loop()
+    try:
+        code = int(app.run(loop=loop) or 0)
+    finally:
+        loop.close()  # does not wait for executor threads
     if app.error:
         print(f"gaplens: {app.error}", file=sys.stderr)
-    return int(code or 0)
+    if not app.loaded:
+        # Quit mid-load or mid-analysis: the worker thread cannot be interrupted inside numpy or
+        # SQLite, and interpreter exit would join it, seconds later. Nothing it does needs saving.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

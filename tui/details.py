@@ -107,6 +107,8 @@ class Details(Static):
 
     def show(self, model: TimelineModel, sel: Selection | None) -> None:
         text = Text(no_wrap=True, overflow="ellipsis")
+        if sel is None:  # opened with `i` before anything was picked: say how to pick
+            text.append("Nothing selected: move the cursor onto a bar (h/l, j/k) and press enter; g/c jump to gaps")
         for k, (label, value) in enumerate(describe(model, sel)):
             if k:
                 text.append("\n")

@@ -55,10 +55,15 @@ _SHORT = {
 }
 
 
+# Shown first in the footer: at 80 columns the end of the footer is cut, and "? help" must survive.
+_FOOTER_FIRST = ("app.help", "app.quit")
+
+
 def bindings() -> list[Binding]:
+    rows = sorted(KEYS, key=lambda k: k[1] not in _FOOTER_FIRST)  # stable: the rest keep their order
     return [
         Binding(keys, action, _SHORT.get(action, desc), show=show, key_display=_display(keys))
-        for keys, action, desc, show in KEYS
+        for keys, action, desc, show in rows
     ]
 
 
@@ -76,9 +81,11 @@ def _display(keys: str) -> str:
     return "/".join(names.get(k, k) for k in keys.split(",")[:2])
 
 
+def key_names(keys: str) -> str:
+    """Every key of a binding as typed (``? `` rather than ``question_mark``), for help and the palette."""
+    return " ".join(_display(k) for k in keys.split(","))
+
+
 def help_rows() -> list[tuple[str, str]]:
     """(keys, what they do) for the help screen."""
-    return [
-        (_display(keys) if "," not in keys else " ".join(_display(k) for k in keys.split(",")), desc)
-        for keys, _, desc, _ in KEYS
-    ]
+    return [(key_names(keys), desc) for keys, _, desc, _ in KEYS]

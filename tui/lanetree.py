@@ -15,10 +15,11 @@ draws each row's label in its left gutter, so tree and bars can never scroll apa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from loaders.model import GPU_LANE_KINDS, Trace, clean_name
+from loaders.model import GPU_LANE_KINDS, Lane, Trace, clean_name
 
 #: Sub-rows drawn per lane before the rest collapse into a "+N" marker.
 DEPTH_CAP = 4
@@ -121,15 +122,34 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
     return [devices[d] for d in sorted(devices)] + top
 
 
-def visible_rows(nodes: list[Node], collapsed: set[str]) -> list[Row]:
-    """Rows in display order; a collapsed node keeps only its header row."""
+def ancestors(lane: Lane) -> list[str]:
+    """Keys of the nodes that hold a lane's rows, innermost first (the key formats of ``build_tree``)."""
+    if lane.kind in GPU_LANE_KINDS:
+        return [f"l:{lane.id}", f"gpu:{lane.device}"]
+    return [f"l:{lane.id}", f"t:{lane.pid}:{lane.tid}", f"p:{lane.pid}"]
+
+
+def group_of(row: Row, trace: Trace) -> str:
+    """The node ``space`` folds on this row: its own, or for a one-row lane (nothing to fold) its parent's."""
+    if row.kind == RowKind.EVENTS and row.depth == 0 and not row.heads:
+        return ancestors(trace.lanes[row.lane])[1]
+    return row.node
+
+
+def visible_rows(nodes: list[Node], collapsed: set[str], deep: Mapping[int, int] | None = None) -> list[Row]:
+    """Rows in display order; a collapsed node keeps only its header row.
+
+    ``deep`` maps a lane to a depth below the cap that its "+N" row shows instead of
+    the cap's own depth, so a selected event nested deeper than the drawn sub-rows
+    still has a row (its label says which depth it is).
+    """
     out: list[Row] = []
 
     def walk(node: Node) -> None:
         if node.key in collapsed:
             out.extend(node.rows[:1])
             return
-        out.extend(node.rows)
+        out.extend(node.rows if not deep else (_deeper(r, deep) for r in node.rows))
         for child in node.children:
             walk(child)
 
@@ -138,13 +158,23 @@ def visible_rows(nodes: list[Node], collapsed: set[str]) -> list[Row]:
     return out
 
 
+def _deeper(row: Row, deep: Mapping[int, int]) -> Row:
+    d = deep.get(row.lane, -1)
+    if not row.more or not row.depth < d <= row.depth + row.more:
+        return row
+    # A lane's rows are consecutive trace rows, shallowest first.
+    return replace(row, trace_row=row.trace_row + d - row.depth, depth=d, label=f"d{d}", heads=False)
+
+
 def gutter_label(row: Row, collapsed: set[str], width: int) -> str:
     """The row's tree label fitted to ``width`` cells: marker, indent, name, "+N"."""
     mark = ""
     if row.heads:
         mark = "▸ " if row.node in collapsed else "▾ "
     more = f" +{row.more}" if row.more else ""
-    if row.kind == RowKind.EVENTS and row.depth > 0 and not more:
+    if row.kind == RowKind.EVENTS and row.depth > 0 and row.label:
+        text = " " * row.indent + "  ┆" + row.label  # a deeper level shown in the "+N" row
+    elif row.kind == RowKind.EVENTS and row.depth > 0 and not more:
         text = " " * row.indent + "  ┆"
     else:
         text = " " * row.indent + mark + row.label

@@ -12,8 +12,8 @@ import numpy as np
 
 from analysis.gaps import Gap
 from analysis.phases import Phase
-from loaders.model import Kind
-from tui.lanetree import RowKind
+from loaders.model import Kind, clean_name
+from tui.lanetree import RowKind, group_of
 from tui.viewport import Viewport
 
 ZOOM_STEP = 0.5
@@ -72,7 +72,7 @@ class TimelineActions:
     def action_toggle_row(self) -> None:
         row = self.current_row()
         if row is not None:
-            self.toggle(row.node)
+            self.toggle(group_of(row, self.model.trace))
 
     # ---- selection ------------------------------------------------------------
     def action_select(self) -> None:
@@ -90,10 +90,17 @@ class TimelineActions:
             g = m.gap_at(row.device, t)
             if g is not None:
                 sel = Selection(g.start_ns, g.end_ns, gap=g)
+            else:  # the device was busy here: pick the op that kept it busy, on its stream's row
+                i = m.gpu_op_at(row.device, t, tol)
+                if i is not None:
+                    self.select_event(i)
+                    return
         elif row.kind == RowKind.PHASES:
             p = m.phase_at(row.depth, t)
             if p is not None:
                 sel = Selection(p.start_ns, p.end_ns, phase=p)
+        if sel is None:
+            self.notify("Nothing under the cursor on this row", timeout=2)
         self.select(sel)
 
     def action_zoom_selection(self) -> None:
@@ -113,12 +120,23 @@ class TimelineActions:
         """Select event ``i``, bring its row under the row cursor and its span into view."""
         t = self.model.trace
         s, e = int(t.start_ns[i]), int(t.end_ns[i])
+        self._leave_phase_for(s, e)
         self.reveal_lane(int(t.lane[i]), int(t.depth[i]))
         self.cursor_ns = s if e - s < self.viewport.ns_per_col else (s + e) / 2
         self.set_viewport(self.viewport.reveal(s, e))
         self.select(Selection(s, e, event=i))
 
+    def _leave_phase_for(self, t0_ns: int, t1_ns: int) -> None:
+        """A jump (search, flow, largest gap) to outside the phase filter drops the filter; else it could not show."""
+        p = self.phase
+        if p is None or (p.start_ns <= t0_ns and t1_ns <= p.end_ns):
+            return
+        self.phase = None
+        self.viewport = self.viewport.with_extent(*self.model.extent)
+        self.notify(f"Showing the whole trace: the target lies outside the phase {clean_name(p.name)!r}", markup=False)
+
     def select_gap(self, g, frame: bool) -> None:
+        self._leave_phase_for(g.start_ns, g.end_ns)
         row = next((k for k, r in enumerate(self.rows) if r.kind == RowKind.BUSY and r.device == g.device), None)
         if row is not None:
             self.set_row_cursor(row)
@@ -139,7 +157,7 @@ class TimelineActions:
         m = self.model
         marked, starts, ends = m.gap_arrays()
         if not marked.size:
-            self.notify("No blank regions (yet)", severity="warning")
+            self.notify(self._no_gap_message(), severity="warning")
             return
         sel = self.selection
         ref = sel.gap.start_ns if sel is not None and sel.gap is not None else self.cursor_ns
@@ -161,10 +179,24 @@ class TimelineActions:
         k = int(cand[0] if direction > 0 else cand[-1])
         self.select_gap(m.readings.gaps[int(marked[k])], frame=False)
 
+    def _no_gap_message(self) -> str:
+        r = self.model.readings
+        if getattr(self.app, "analysing", False):
+            return "Still analysing the blank regions (see the header): try again in a moment"
+        if not self.model.busy:
+            return "No GPU activity in this trace, so no blank regions between GPU ops"
+        if r.analysed and len(r.gaps):
+            # Idle spans exist but none waited on the host: say so rather than "no blank regions".
+            return (
+                f"None of the {len(r.gaps):,} blank regions is on the critical path: the device "
+                "waited on something the trace does not record (`gaplens gaps` lists them)"
+            )
+        return "No blank regions in this trace" if r.analysed else "No blank regions (still analysing?)"
+
     def action_largest_gap(self) -> None:
         g = self.model.readings.largest
         if g is None:
-            self.notify("No blank region found", severity="warning")
+            self.notify(self._no_gap_message(), severity="warning")
             return
         self.select_gap(g, frame=True)
 

@@ -22,7 +22,7 @@ from textual.strip import Strip
 
 from loaders.model import LaneKind
 from tui import keys
-from tui.lanetree import Row, RowKind, gutter_label, visible_rows
+from tui.lanetree import Row, RowKind, ancestors, gutter_label, visible_rows
 from tui.navigate import Selection, TimelineActions
 from tui.raster import (
     BASE_MASK,
@@ -82,7 +82,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.model = model
         self.mono = mono
         self.collapsed: set[str] = set()
-        self.rows: list[Row] = visible_rows(model.tree, self.collapsed)
+        self.deep: dict[int, int] = {}  # lane → deeper level its "+N" row shows (the selection's)
+        self.rows: list[Row] = self._visible()
         self.row_cursor = 0
         self.viewport = Viewport.fit(*model.extent, cols=80)
         self.cursor_ns = (model.extent[0] + model.extent[1]) / 2
@@ -109,8 +110,12 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def set_model(self, model: TimelineModel) -> None:
         """Swap in a model with more readings (gaps, phases); the view stays where it is."""
         self.model = model
-        self.rows = visible_rows(model.tree, self.collapsed)
-        self.row_cursor = min(self.row_cursor, max(len(self.rows) - 1, 0))
+        current = self.current_row()
+        self.rows = self._visible()
+        # The phase rows arrive with the readings and push the rows below them down.
+        last = max(len(self.rows) - 1, 0)
+        self.row_cursor = next((k for k, r in enumerate(self.rows) if r == current), min(self.row_cursor, last))
+        self.scroll_to_region_row(self.row_cursor)
         self._changed()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -119,6 +124,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.viewport = Viewport.fit(*self.model.extent, cols=self.cols)
         else:
             self.viewport = self.viewport.with_cols(self.cols)
+        # Fewer lines (the details panel opened, the terminal shrank) must not hide the cursor's row.
+        self.call_after_refresh(self.scroll_to_region_row, self.row_cursor)
         self._changed()
 
     def _changed(self, viewport: bool = True) -> None:
@@ -258,6 +265,13 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.scroll_to_region_row(self.row_cursor)
         self._changed(viewport=False)
 
+    # home/end come from ScrollableContainer and only scrolled, leaving the row cursor off screen.
+    def action_scroll_home(self) -> None:
+        self.set_row_cursor(0)
+
+    def action_scroll_end(self) -> None:
+        self.set_row_cursor(len(self.rows) - 1)
+
     def scroll_to_region_row(self, i: int) -> None:
         top = self.scroll_offset.y
         height = self.scrollable_content_region.height
@@ -272,28 +286,40 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         else:
             self.collapsed.add(node)
         current = self.current_row()
-        self.rows = visible_rows(self.model.tree, self.collapsed)
-        if current is not None:
-            self.row_cursor = next((k for k, r in enumerate(self.rows) if r.node == current.node), 0)
+        self.rows = self._visible()
+        # Stay on the same row if it is still drawn, else on the header of what was folded.
+        head = next((k for k, r in enumerate(self.rows) if r.node == node and r.heads), 0)
+        self.row_cursor = next((k for k, r in enumerate(self.rows) if r == current), head)
+        self.scroll_to_region_row(self.row_cursor)
         self._changed(viewport=False)
 
+    def _visible(self) -> list[Row]:
+        return visible_rows(self.model.tree, self.collapsed, self.deep)
+
     def reveal_lane(self, lane: int, depth: int) -> None:
-        """Expand whatever hides (lane, depth) and put the row cursor on it."""
-        for _ in range(3):
-            hit = next((k for k, r in enumerate(self.rows) if r.lane == lane and r.depth == depth), None)
-            if hit is None:
-                hit = next((k for k, r in enumerate(self.rows) if r.lane == lane), None)
-            if hit is not None and (self.rows[hit].depth == depth or f"l:{lane}" not in self.collapsed):
-                self.set_row_cursor(hit)
-                return
-            # Something above hides it: expand every collapsed node and look again.
-            self.collapsed.clear()
-            self.rows = visible_rows(self.model.tree, self.collapsed)
+        """Expand whatever hides (lane, depth) and put the row cursor on it.
+
+        A level deeper than the drawn sub-rows is shown in the lane's "+N" row.
+        """
+        self.deep = {lane: depth} if depth > 0 else {}
+        self.collapsed -= set(ancestors(self.model.trace.lanes[lane]))
+        self.rows = self._visible()
+        rows = [(k, r) for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.lane == lane]
+        if rows:
+            self.set_row_cursor(next((k for k, r in rows if r.depth == depth), rows[0][0]))
 
     def select(self, sel: Selection | None) -> None:
         self.selection = sel
+        # The "+N" row goes back to its own level once the deep event is no longer selected.
+        if self.deep and (sel is None or sel.event < 0 or self.deep != self._deep_of(sel.event)):
+            self.deep = {}
+            self.rows = self._visible()
         self._changed(viewport=False)
         self.post_message(SelectionChanged(sel))
+
+    def _deep_of(self, i: int) -> dict[int, int]:
+        t = self.model.trace
+        return {int(t.lane[i]): int(t.depth[i])}
 
     # ---- mouse ----------------------------------------------------------------
     def on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
@@ -319,7 +345,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.row_cursor = row
         if event.x >= self.label_width:
             self.cursor_ns = self.viewport.time_of(event.x - self.label_width + 0.5)
-            self.run_action("select")
+            self.action_select()  # not run_action: that is a coroutine, and un-awaited it never ran
         elif row < len(self.rows) and self.rows[row].heads:
             self.toggle(self.rows[row].node)
         self._changed(viewport=False)

@@ -58,12 +58,19 @@ class TimelineModel:
         return sum(bs.busy_in(a, b) for bs in self.busy.values()) / ((b - a) * len(self.busy))
 
     def header(self, phase: Phase | None = None) -> str:
+        return " · ".join(text for _, text in self.header_parts(phase))
+
+    def header_parts(self, phase: Phase | None = None) -> list[tuple[int, str]]:
+        """(keep priority, text) of each header item in display order; the lowest goes first when narrow."""
         a, b = (phase.start_ns, phase.end_ns) if phase else self.window
         where = f"phase {clean_name(phase.name)}" if phase else "window"
-        return (
-            f"{self.title} · {self.device_label} · {where} {fmt_ns(b - a)} · "
-            f"GPU busy {100 * self.busy_share(a, b):.1f}% · {len(self.trace):,} events"
-        )
+        return [
+            (3, self.title),
+            (1, self.device_label),
+            (4, f"{where} {fmt_ns(b - a)}"),
+            (5, f"GPU busy {100 * self.busy_share(a, b):.1f}%"),
+            (0, f"{len(self.trace):,} events"),
+        ]
 
     @property
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -146,13 +153,24 @@ class TimelineModel:
         """The event on ``row`` under ``t_ns`` or, failing that, the nearest within ``tol_ns``."""
         if row.kind != RowKind.EVENTS:
             return None
+        return self._nearest(row.trace_row, t_ns, tol_ns)[0]
+
+    def gpu_op_at(self, device: int, t_ns: float, tol_ns: float) -> int | None:
+        """The GPU op under ``t_ns`` on any stream of ``device``: what its busy row draws there."""
         t = self.trace
-        idx = t.window(row.trace_row, int(t_ns - tol_ns), int(t_ns + tol_ns) + 1)
+        found = [self._nearest(r, t_ns, tol_ns) for ln in t.gpu_lanes(device) for r in t.rows_of(ln.id)]
+        found = [f for f in found if f[0] is not None]
+        return min(found, key=lambda f: f[1])[0] if found else None
+
+    def _nearest(self, trace_row: int, t_ns: float, tol_ns: float) -> tuple[int | None, float]:
+        t = self.trace
+        idx = t.window(trace_row, int(t_ns - tol_ns), int(t_ns + tol_ns) + 1)
         if idx.size == 0:
-            return None
+            return None, 0.0
         s, e = t.start_ns[idx], t.end_ns[idx]
         dist = np.where((s <= t_ns) & (e > t_ns), 0, np.minimum(np.abs(s - t_ns), np.abs(e - t_ns)))
-        return int(idx[int(np.argmin(dist))])
+        k = int(np.argmin(dist))
+        return int(idx[k]), float(dist[k])
 
     def search(self, text: str) -> np.ndarray:
         """Sorted global indices of events whose name contains ``text`` (case-insensitive)."""

@@ -19,6 +19,8 @@ LEGEND = (
     ("·", "blank region on the critical path (GPU idle, waiting for the host)"),
     ("━", "the largest blank region on the critical path"),
     ("+N", "N deeper nesting levels not drawn"),
+    ("┆dN", "level N, deeper than the drawn rows, shown while its event is selected"),
+    ("mouse", "click selects a bar or folds a group; ctrl/shift + wheel zooms at the pointer"),
 )
 
 
