@@ -49,6 +49,10 @@ def has_cpu_side(trace: Trace) -> bool:
     return bool((trace.kind == int(Kind.CUDA_API)).any())
 
 
+HOST_UNSEEN_HINT = (
+    "the trace records CUDA calls but no CPU ops, so what the host did here is not visible; "
+    "profile with torch.profiler activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+)
 CAPTURE_HINT = (
     "the trace has no CPU-side events; capture them with torch.profiler "
     "(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or nsys --trace=cuda,nvtx,osrt"

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.busy import BusySpans
-from analysis.calls import CAPTURE_HINT, COPY, LAUNCH, SYNC, api_class, has_cpu_side
+from analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
 from analysis.memo import per_trace
 from loaders.model import Kind, LaneKind, Trace
 
@@ -141,6 +141,9 @@ def classify(
     queued = known & (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= starts)
     for i in np.flatnonzero(queued).tolist():
         messages[i] = QUEUED_HINT
+    if "cpu_ops" in trace.meta.lacks:
+        for i in np.flatnonzero(known & (cause == CLASS_ORDER.index("host"))).tolist():
+            messages[i] = messages[i] or HOST_UNSEEN_HINT
     if not known.all():
         cpu = has_cpu_side(trace)
         for i in np.flatnonzero(~known).tolist():

@@ -148,6 +148,8 @@ def _lacks(kind: np.ndarray) -> list[str]:
         lacks.append("cpu")
     if int(Kind.CUDA_API) not in present:
         lacks.append("cuda_api")
+    elif not present & {int(Kind.CPU_OP), int(Kind.PYTHON), int(Kind.ANNOTATION)}:
+        lacks.append("cpu_ops")  # CUDA activities only: the runtime calls but not what the host ran
     if not present & {int(k) for k in GPU_WORK_KINDS}:
         lacks.append("gpu")
     return lacks
