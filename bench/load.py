@@ -115,8 +115,8 @@ def _pyarrow_whole(data: bytes) -> float:
 
 
 def _events(path: str) -> int:
+    from loaders.files import Source
     from loaders.jsonframe import Framed, frame_events
-    from loaders.jsonio import Source
 
     framed = Framed()
     for _ in frame_events(Source(path).chunks(), framed):

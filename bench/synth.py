@@ -13,8 +13,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from loaders.files import Source
 from loaders.jsonframe import Framed, frame_events
-from loaders.jsonio import Source
 
 _TS = re.compile(rb'("ts": ?)(-?\d+)(?:\.(\d+))?')
 _CORR = re.compile(rb'("correlation": ?)(\d+)')

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from loaders.events import make_lane
+from loaders.files import Source
 from loaders.jsonframe import Framed, frame_events
-from loaders.jsonio import Source
 from loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
 from loaders.kineto_slow import from_lines
 from loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Meta, Trace, TraceError, build_trace

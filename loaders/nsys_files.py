@@ -11,11 +11,10 @@ import sqlite3
 import subprocess
 import tempfile
 import urllib.parse
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from loaders.files import GZIP_MAGIC, cache_dir, read_head
+from loaders.files import GZIP_MAGIC, Source, cache_dir, os_errors, read_head
 from loaders.model import TraceError
 
 Progress = Callable[[str, float], None]
@@ -66,32 +65,13 @@ def gunzip_to_cache(path: str, progress: Progress | None = None) -> str:
         return str(target)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
     try:
-        total = max(os.path.getsize(path), 1)
-        done = 0
-        d = zlib.decompressobj(wbits=47)
-        with open(path, "rb") as src, os.fdopen(fd, "wb") as dst:
-            while chunk := src.read(1 << 22):
-                done += len(chunk)
-                while chunk:
-                    dst.write(d.decompress(chunk))
-                    # Concatenated gzip members continue with a fresh decompressor.
-                    chunk = d.unused_data if d.eof else b""
-                    if chunk:
-                        d = zlib.decompressobj(wbits=47)
-                if progress is not None:
-                    progress("decompressing", min(1.0, done / total))
-            dst.write(d.flush())
-        if not d.eof:
-            raise TraceError(f"{path}: the gzip stream is truncated; the export inside is incomplete")
+        source = Source(path, progress, stage="decompressing")
+        with os_errors(path, "unpack"), os.fdopen(fd, "wb") as dst:
+            for chunk in source.chunks():
+                dst.write(chunk)
+        if source.warnings:  # a cut database is no database: refuse instead of guessing
+            raise TraceError(f"{path}: {source.warnings[0]}; the export inside is incomplete")
         os.replace(tmp, target)
-    except zlib.error as exc:
-        raise TraceError(f"{path}: corrupt gzip data ({exc})") from None
-    except PermissionError:
-        raise TraceError(f"{path}: permission denied") from None
-    except IsADirectoryError:
-        raise TraceError(f"{path}: is a directory, not a trace file") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot unpack ({exc.strerror or exc})") from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
