@@ -100,7 +100,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
             "host_start_ns": p.host_start_ns,
             "host_end_ns": p.host_end_ns,
             "depth": p.depth,
-            "busy_pct": round(phase_busy_pct(p, all_busy), 2),
+            "busy_pct": phase_busy_pct(p, all_busy),
         }
         for p in phases(trace)
     ]
@@ -138,4 +138,5 @@ def _all_gpu(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pct(part: int, whole: int) -> float:
-    return round(100.0 * part / whole, 2) if whole > 0 else 0.0
+    # Unrounded: text output rounds once when it prints (rounding twice shows 86.25 as 86.2).
+    return 100.0 * part / whole if whole > 0 else 0.0

@@ -48,13 +48,20 @@ class TimelineActions:
         self.set_viewport(vp)
 
     def action_fit(self) -> None:
+        """Fit the analysis window: the phase filtered to, else first to last GPU activity."""
         lo, hi = self.bounds()
-        self.set_viewport(Viewport.fit(lo, hi, self.cols))
+        extent = None if self.phase is not None else self.model.extent
+        self.set_viewport(Viewport.fit(lo, hi, self.cols, extent=extent))
+
+    def action_fit_all(self) -> None:
+        """Fit every event of the trace (start-up, host-only tails included)."""
+        self.phase = None
+        self.set_viewport(Viewport.fit(*self.model.extent, self.cols))
 
     def bounds(self) -> tuple[int, int]:
         if self.phase is not None:
             return self.phase.start_ns, self.phase.end_ns
-        return self.model.extent
+        return self.model.window
 
     # ---- cursors --------------------------------------------------------------
     def action_cursor(self, step: int) -> None:

@@ -85,8 +85,9 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.deep: dict[int, int] = {}  # lane → deeper level its "+N" row shows (the selection's)
         self.rows: list[Row] = self._visible()
         self.row_cursor = 0
-        self.viewport = Viewport.fit(*model.extent, cols=80)
-        self.cursor_ns = (model.extent[0] + model.extent[1]) / 2
+        # The first view is the analysis window (first to last GPU activity); 0 shows everything.
+        self.viewport = Viewport.fit(*model.window, cols=80, extent=model.extent)
+        self.cursor_ns = (model.window[0] + model.window[1]) / 2
         self.selection: Selection | None = None
         self.matches = np.empty(0, np.int64)
         self.phase = None  # the phase the view is filtered to
@@ -121,7 +122,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
     def on_resize(self, event: events.Resize) -> None:
         if not self._fitted:
             self._fitted = True
-            self.viewport = Viewport.fit(*self.model.extent, cols=self.cols)
+            self.viewport = Viewport.fit(*self.model.window, cols=self.cols, extent=self.model.extent)
         else:
             self.viewport = self.viewport.with_cols(self.cols)
         # Fewer lines (the details panel opened, the terminal shrank) must not hide the cursor's row.

@@ -30,11 +30,15 @@ class Viewport:
     hi_ns: int = 1
 
     @classmethod
-    def fit(cls, lo_ns: int, hi_ns: int, cols: int, margin: float = 0.01) -> Viewport:
-        """The whole [lo, hi) with a small margin so edge events are not cut."""
+    def fit(
+        cls, lo_ns: int, hi_ns: int, cols: int, margin: float = 0.01, extent: tuple[int, int] | None = None
+    ) -> Viewport:
+        """The whole [lo, hi) with a small margin so edge events are not cut; pannable over ``extent``."""
         span = max(float(hi_ns - lo_ns), max(cols, 1) * MIN_NS_PER_COL)
         pad = span * margin
-        return cls(lo_ns - pad, span + 2 * pad, max(cols, 1), lo_ns, max(hi_ns, lo_ns + 1))
+        e_lo, e_hi = extent if extent is not None else (lo_ns, hi_ns)
+        e_lo, e_hi = min(e_lo, lo_ns), max(e_hi, hi_ns)
+        return cls(lo_ns - pad, span + 2 * pad, max(cols, 1), e_lo, max(e_hi, e_lo + 1))
 
     # ---- mapping ----------------------------------------------------------
     @property
