@@ -42,6 +42,15 @@ def make_lane(lane_id: int, key: tuple[LaneKind, int, int]) -> Lane:
     return Lane(lane_id, kind, label, pid=a, tid=b, sort_key=(0, a, b, LANE_ORDER[kind]))
 
 
+def ordered_lanes(keys: list[tuple[LaneKind, int, int]]) -> tuple[list[Lane], np.ndarray]:
+    """Lanes for keys in first-seen order, sorted for display; ``remap[i]`` is key i's lane id."""
+    provisional = [make_lane(i, k) for i, k in enumerate(keys)]
+    order = sorted(range(len(keys)), key=lambda i: provisional[i].sort_key)
+    remap = np.empty(len(keys), dtype=np.int32)
+    remap[order] = np.arange(len(keys), dtype=np.int32)
+    return [make_lane(new_id, keys[old]) for new_id, old in enumerate(order)], remap
+
+
 class EventColumns:
     """Append events as Python scalars; ``finish`` turns them into one sorted Trace."""
 
@@ -80,14 +89,7 @@ class EventColumns:
         self.detail.append(self.detail_ids.setdefault(detail, len(self.detail_ids)))
 
     def finish(self, meta: Meta, corr_scope: np.ndarray | None) -> Trace:
-        keys = list(self.lane_ids)
-        provisional = [make_lane(i, k) for i, k in enumerate(keys)]
-        order = sorted(range(len(keys)), key=lambda i: provisional[i].sort_key)
-        remap = np.empty(len(keys), dtype=np.int32)
-        lanes = []
-        for new_id, old in enumerate(order):
-            remap[old] = new_id
-            lanes.append(make_lane(new_id, keys[old]))
+        lanes, remap = ordered_lanes(list(self.lane_ids))
         lane = remap[np.asarray(self.lane, dtype=np.int64)] if self.lane else np.empty(0, np.int32)
         return build_trace(
             meta,

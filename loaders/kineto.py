@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from loaders.events import make_lane
+from loaders.events import ordered_lanes
 from loaders.files import Source
 from loaders.jsonframe import Framed, frame_events
 from loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
@@ -109,15 +109,8 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
     start = cat("start", np.int64) + base
     end = start + cat("dur", np.int64)
-    keys = list(ctx.lanes)
-    provisional = [make_lane(i, (LaneKind(k[0]), k[1], k[2])) for i, k in enumerate(keys)]
-    order = sorted(range(len(keys)), key=lambda i: provisional[i].sort_key)
-    remap = np.empty(len(keys), dtype=np.int32)
-    lanes = []
-    for new_id, old in enumerate(order):
-        remap[old] = new_id
-        k = keys[old]
-        lanes.append(make_lane(new_id, (LaneKind(k[0]), k[1], k[2])))
+    keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
+    lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
     meta.devices = [
         Device(d, str(props.get(d, {}).get("name", f"GPU {d}")), props.get(d, {}))

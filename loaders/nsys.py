@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loaders.events import make_lane
+from loaders.events import ordered_lanes
 from loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
 from loaders.nsys_cuda import (
     GPU_TABLES,
@@ -154,19 +154,13 @@ def _close_open_ranges(ev: Part, ctx: Context) -> None:
 
 
 def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
-    """Lanes from raw keys (kind, pid/device, tid/stream), sorted like EventColumns.finish does."""
+    """Lanes from raw keys (kind, pid/device, tid/stream), in display order."""
     key = (ev.lane_kind.astype(np.int64) << 57) | ((ev.lane_a + 1) << 33) | (ev.lane_b + 1)
     inverse, ukeys = factorize(key)
     raw = [
         (LaneKind(int(k >> 57)), int((k >> 33) & 0xFFFFFF) - 1, int(k & ((1 << 33) - 1)) - 1) for k in ukeys.tolist()
     ]
-    provisional = [make_lane(i, k) for i, k in enumerate(raw)]
-    order = sorted(range(len(raw)), key=lambda i: provisional[i].sort_key)
-    remap = np.empty(len(raw), np.int32)
-    lanes = []
-    for new_id, old in enumerate(order):
-        remap[old] = new_id
-        lanes.append(make_lane(new_id, raw[old]))
+    lanes, remap = ordered_lanes(raw)
     return lanes, remap[inverse]
 
 
