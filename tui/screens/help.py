@@ -25,7 +25,7 @@ LEGEND = (
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "close", "Close")]
 
     def compose(self) -> ComposeResult:
         keys = Table.grid(padding=(0, 2))
@@ -43,5 +43,5 @@ class HelpScreen(ModalScreen[None]):
             yield Static(keys)
             yield Static(legend)
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:
         self.dismiss(None)
