@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from analysis.gaps import Gap
 from analysis.units import fmt_bytes, fmt_ns
 from loaders.model import Kind, clean_name
 from tui.navigate import Selection
@@ -36,7 +37,7 @@ def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str
     if sel is None:
         return []
     if sel.gap is not None:
-        return _describe_gap(model, sel)
+        return _describe_gap(model, sel.gap)
     if sel.phase is not None:
         p = sel.phase
         busy = model.busy_share(p.start_ns, p.end_ns)
@@ -75,8 +76,7 @@ def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str
     return lines
 
 
-def _describe_gap(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]:
-    g = sel.gap
+def _describe_gap(model: TimelineModel, g: Gap) -> list[tuple[str, str]]:
     t = model.trace
     largest = model.readings.largest
     biggest = " · the largest on the critical path" if model.readings.analysed else " · the largest"

@@ -5,7 +5,7 @@ Perfetto users get WASD, vi users get hjkl; arrows work for everyone.
 
 from __future__ import annotations
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 # (keys, action, description, shown in the footer)
 KEYS: tuple[tuple[str, str, str, bool], ...] = (
@@ -60,7 +60,7 @@ _SHORT = {
 _FOOTER_FIRST = ("app.help", "app.quit")
 
 
-def bindings() -> list[Binding]:
+def bindings() -> list[BindingType]:
     rows = sorted(KEYS, key=lambda k: k[1] not in _FOOTER_FIRST)  # stable: the rest keep their order
     return [
         Binding(keys, action, _SHORT.get(action, desc), show=show, key_display=_display(keys))

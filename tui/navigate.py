@@ -7,14 +7,26 @@ Viewport and/or Selection handed to the widget.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analysis.gaps import Gap
 from analysis.phases import Phase
 from loaders.model import Kind, clean_name
-from tui.lanetree import RowKind, group_of
+from tui.lanetree import Row, RowKind, group_of
 from tui.viewport import Viewport
+
+if TYPE_CHECKING:
+    from textual.scroll_view import ScrollView
+
+    from tui.viewmodel import TimelineModel
+
+    # For the type checker the mixin is the widget it is mixed into (notify, app, refresh);
+    # at run time it stays a plain class so it adds nothing to Textual's DOM types.
+    _Host = ScrollView
+else:
+    _Host = object
 
 ZOOM_STEP = 0.5
 
@@ -30,10 +42,32 @@ class Selection:
     phase: Phase | None = None
 
 
-class TimelineActions:
+class TimelineActions(_Host):
     """Actions bound in ``tui.keys``; mixed into ``Timeline``."""
 
+    # State of the widget the actions read and write; ``Timeline.__init__`` sets each one.
+    model: TimelineModel
+    viewport: Viewport
+    cursor_ns: float
+    selection: Selection | None
+    phase: Phase | None  # the phase the view is filtered to
+    rows: list[Row]
+    row_cursor: int
+    matches: np.ndarray
+    match_order: np.ndarray
     _gap_floor: float | None = None
+
+    if TYPE_CHECKING:  # what ``Timeline`` provides; the signatures are checked against its definitions
+
+        @property
+        def cols(self) -> int: ...
+        def set_viewport(self, vp: Viewport) -> None: ...
+        def select(self, sel: Selection | None) -> None: ...
+        def current_row(self) -> Row | None: ...
+        def set_row_cursor(self, i: int) -> None: ...
+        def toggle(self, node: str) -> None: ...
+        def reveal_lane(self, lane: int, depth: int) -> None: ...
+        def _changed(self, viewport: bool = True) -> None: ...
 
     # ---- zoom and pan ---------------------------------------------------------
     def action_zoom_in(self) -> None:

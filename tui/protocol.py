@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from textual import work
@@ -28,6 +28,10 @@ from analysis.protocol import Walkthrough, protocol_markdown
 from analysis.units import fmt_ns
 from tui.notes_panel import LineInput, NoteAction, NotesPanel
 from tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
+
+if TYPE_CHECKING:
+    from tui.timeline import Timeline
+    from tui.viewmodel import TimelineModel
 
 #: (key, action, palette title, palette help); P itself is in ``tui.keys.KEYS`` with the viewer's keys.
 PROTOCOL_KEYS = (
@@ -57,6 +61,14 @@ class ProtocolApp(App[int]):
         for key, action, title, _ in PROTOCOL_KEYS
     ]
 
+    # Set by the viewer app: ``None`` until the loading worker has built the model.
+    model: TimelineModel | None
+
+    if TYPE_CHECKING:  # the viewer app's property (raises before a trace is loaded)
+
+        @property
+        def timeline(self) -> Timeline: ...
+
     protocol_step: int = 0  # 0: protocol mode is off
     walkthrough: Walkthrough | None = None
     notes: Notes | None = None
@@ -66,31 +78,32 @@ class ProtocolApp(App[int]):
 
     # ---- notes follow the trace ------------------------------------------------
     def on_model_ready(self, msg) -> None:
+        model = self.model
+        if model is None:  # the app's own handler, which runs first, has set it
+            return
         if self.notes is None:
-            self._open_notes()
+            self._open_notes(model)
         if getattr(msg, "final", True):
             first = self._base_phases is None
-            self._base_phases = list(self.model.readings.phases)
+            self._base_phases = list(model.readings.phases)
             self._apply_phases()
             # A hint for people, not for headless runs (tests, snapshots).
             if first and not self.is_headless and not self.query(ProtocolPanel):
                 self.notify("New to this trace? Press P for the six-step guided reading.", timeout=8)
 
-    def _open_notes(self) -> None:
-        trace = self.model.trace
+    def _open_notes(self, model: TimelineModel) -> None:
+        trace = model.trace
         path = trace.meta.path
-        self.notes = Notes()
+        notes = self.notes = Notes()
         if not path or not os.path.isfile(path):
             return
         try:
             self.notes_store = NotesStore(path, trace.meta.origin_ns, warn=self._warn)
-            self.notes = self.notes_store.load()
+            notes = self.notes = self.notes_store.load()
         except OSError as exc:
             self._warn(f"notes unavailable: {exc}")
-        if not self.notes.empty:
-            self.notify(
-                f"Loaded your notes: {len(self.notes.notes)} notes, {len(self.notes.answers)} answers (B lists them)"
-            )
+        if not notes.empty:
+            self.notify(f"Loaded your notes: {len(notes.notes)} notes, {len(notes.answers)} answers (B lists them)")
 
     def _warn(self, message: str) -> None:
         self.notify(message, severity="warning", timeout=8)
@@ -107,6 +120,8 @@ class ProtocolApp(App[int]):
         self._save_notes()
         if self.walkthrough is not None:
             self.walkthrough.refresh_notes(self.notes)
+        if self.notes is None:  # callers have just changed the notes, so they are open
+            return
         for panel in self.query(NotesPanel):
             panel.show(self.notes)
 
@@ -238,7 +253,8 @@ class ProtocolApp(App[int]):
 
     # ---- notes -----------------------------------------------------------------
     def action_pin_note(self) -> None:
-        if self.model is None or self.notes is None:
+        notes = self.notes
+        if self.model is None or notes is None:
             return
         tl = self.timeline
         trace = self.model.trace
@@ -254,11 +270,11 @@ class ProtocolApp(App[int]):
             if not text or not text.strip():
                 return
             if sel is not None and sel.event >= 0:
-                note_for_event(self.notes, trace, sel.event, text)
+                note_for_event(notes, trace, sel.event, text)
             elif sel is not None:
-                self.notes.add_note(text, sel.t0_ns, sel.t1_ns)
+                notes.add_note(text, sel.t0_ns, sel.t1_ns)
             else:
-                self.notes.add_note(text, int(tl.cursor_ns))
+                notes.add_note(text, int(tl.cursor_ns))
             self._changed_notes()
             self.notify("Note pinned (B lists your notes)")
 
@@ -286,26 +302,31 @@ class ProtocolApp(App[int]):
         if msg.action == "leave":
             self.timeline.focus()
             return
+        notes = self.notes
+        if notes is None:  # the list only opens once the notes are
+            return
         try:
-            note = self.notes.note(msg.note_id)
+            note = notes.note(msg.note_id)
         except KeyError:
             return
         if msg.action == "jump":
             self._jump_to(note)
         elif msg.action == "delete":
-            self.notes.delete_note(note.id)
+            notes.delete_note(note.id)
             self._changed_notes()
             self.notify("Note deleted")
         elif msg.action == "edit":
 
             def done(text: str | None) -> None:
                 if text is not None and text.strip():
-                    self.notes.edit_note(note.id, text)
+                    notes.edit_note(note.id, text)
                     self._changed_notes()
 
             self.push_screen(LineInput("Edit the note", initial=note.text), done)
 
     def _jump_to(self, note) -> None:
+        if self.model is None:
+            return
         tl = self.timeline
         trace = self.model.trace
         if note.event_name:
@@ -325,12 +346,13 @@ class ProtocolApp(App[int]):
 
     # ---- phases ----------------------------------------------------------------
     def action_mark_phase(self) -> None:
-        if self.model is None or self.notes is None:
+        notes = self.notes
+        if self.model is None or notes is None:
             return
         tl = self.timeline
         sel = tl.selection
-        if self._mark_start_ns is None and sel is not None and getattr(sel, "phase", None) is not None:
-            self._rename(sel.phase)
+        if self._mark_start_ns is None and sel is not None and sel.phase is not None:
+            self._rename(notes, sel.phase)
             return
         if self._mark_start_ns is None:
             self._mark_start_ns = tl.cursor_ns
@@ -344,7 +366,7 @@ class ProtocolApp(App[int]):
 
         def done(name: str | None) -> None:
             if name and name.strip():
-                self.notes.mark_phase(name, start, end)
+                notes.mark_phase(name, start, end)
                 self._changed_notes()
                 self._apply_phases()
                 self.notify(f"Marked {name.strip()}: {fmt_ns(end - start)}")
@@ -354,19 +376,15 @@ class ProtocolApp(App[int]):
             done,
         )
 
-    def _rename(self, phase: Phase) -> None:
+    def _rename(self, notes: Notes, phase: Phase) -> None:
         original = next(
-            (
-                p.original
-                for p in self.notes.phases
-                if p.original and p.name == phase.name and p.start_ns == phase.start_ns
-            ),
+            (p.original for p in notes.phases if p.original and p.name == phase.name and p.start_ns == phase.start_ns),
             phase.name,
         )
 
         def done(name: str | None) -> None:
             if name and name.strip():
-                self.notes.mark_phase(name, phase.start_ns, phase.end_ns, original=original)
+                notes.mark_phase(name, phase.start_ns, phase.end_ns, original=original)
                 self._changed_notes()
                 self._apply_phases()
 
@@ -410,6 +428,7 @@ class ProtocolApp(App[int]):
 
     def reading_markdown(self) -> str:
         """The report with the user's words; the six steps of the walkthrough when no report module exists."""
+        assert self.model is not None, "no trace loaded yet"
         trace = self.model.trace
         try:
             from analysis.report import report_markdown

@@ -363,7 +363,11 @@ def put_labels(r: Raster, row: RowData, names: list[str], name_id: np.ndarray | 
     for a, b in zip(starts[keep].tolist(), stops[keep].tolist(), strict=True):  # per run of cells
         room = b - a - 2
         k = int(r.lo[a])
-        name = row.labels[k] if row.labels is not None else names[int(name_id[row.base + k])]
+        if row.labels is not None:
+            name = row.labels[k]
+        else:
+            assert name_id is not None  # the guard above: a row without labels is a trace row with name ids
+            name = names[int(name_id[row.base + k])]
         text = _one_cell_chars(name if len(name) <= room else name[: max(room - 1, 1)] + "…")
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
         r.codes[a + 1 : a + 1 + codes.size] = codes

@@ -14,6 +14,7 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from textual import events
+from textual.binding import BindingType
 from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.message import Message
@@ -64,7 +65,7 @@ class SelectionChanged(Message):
 class Timeline(TimelineActions, ScrollView, can_focus=True):
     """Lane-tree gutter on the left, bars on the right, one drawn row per line."""
 
-    BINDINGS = keys.bindings()
+    BINDINGS: ClassVar[list[BindingType]] = keys.bindings()
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         *STYLE_CLASSES,
         "timeline--gutter",
@@ -171,7 +172,8 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         visible = range(max(top, 0), min(top + height, len(self.rows)))
         events = [i for i in visible if self.rows[i].kind == RowKind.EVENTS]
         m = self.model
-        rasters = raster_rows([m.row_data(self.rows[i]) for i in events], m.columns, self._edges, self.mono)
+        datas = [m.events_data(self.rows[i].trace_row) for i in events]
+        rasters = raster_rows(datas, m.columns, self._edges, self.mono)
         ready = dict(zip(events, rasters, strict=True))
         width = self._width
         for i in visible:

@@ -80,19 +80,23 @@ class TimelineModel:
     # ---- rows ---------------------------------------------------------------
     def row_data(self, row: Row) -> RowData | None:
         if row.kind == RowKind.EVENTS:
-            data = self._rows.get(row.trace_row)
-            if data is None:  # views into the columns, made once per row
-                t = self.trace
-                b, e = int(t.row_offsets[row.trace_row]), int(t.row_offsets[row.trace_row + 1])
-                cum = self.cum[b : e + 1]
-                data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
-                self._rows[row.trace_row] = data
-            return data
+            return self.events_data(row.trace_row)
         if row.kind == RowKind.BUSY:
             return self.busy_rows.get(row.device)
         if row.kind == RowKind.PHASES and row.depth < len(self.phase_rows):
             return self.phase_rows[row.depth]
         return None
+
+    def events_data(self, trace_row: int) -> RowData:
+        """The events of one trace row: views into the columns, made once per row."""
+        data = self._rows.get(trace_row)
+        if data is None:
+            t = self.trace
+            b, e = int(t.row_offsets[trace_row]), int(t.row_offsets[trace_row + 1])
+            cum = self.cum[b : e + 1]
+            data = RowData(t.start_ns[b:e], t.end_ns[b:e], t.row_maxend[b:e], cum, self.style[b:e], b)
+            self._rows[trace_row] = data
+        return data
 
     def set_readings(self, readings: Readings) -> None:
         """Attach gaps and phases (computed after the first frame) and rebuild what depends on them."""

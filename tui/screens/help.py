@@ -1,4 +1,4 @@
-"""The help screen: every key from ``tui.keys`` and what the glyphs mean."""
+"""The help screen: every key from ``tui.keys`` and ``tui.protocol``, and what the glyphs mean."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tui.keys import help_rows
+from tui.protocol import PROTOCOL_KEYS
 
 LEGEND = (
     ("█ ▓ ▒ ░", "busy share of a cell when many events fall in it"),
@@ -24,14 +25,19 @@ LEGEND = (
 )
 
 
+def key_rows() -> list[tuple[str, str]]:
+    """(keys, what they do): the viewer's keys, then the guided reading's (P starts it)."""
+    return [*help_rows(), *((shown, title) for _key, _action, title, shown in PROTOCOL_KEYS)]
+
+
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "close", "Close")]
 
     def compose(self) -> ComposeResult:
         keys = Table.grid(padding=(0, 2))
         keys.add_column(style="bold")
         keys.add_column()
-        for k, desc in help_rows():
+        for k, desc in key_rows():
             keys.add_row(k, desc)
         legend = Table.grid(padding=(0, 2))
         legend.add_column(style="bold")
@@ -43,5 +49,5 @@ class HelpScreen(ModalScreen[None]):
             yield Static(keys)
             yield Static(legend)
 
-    def action_dismiss(self) -> None:
+    def action_close(self) -> None:
         self.dismiss(None)

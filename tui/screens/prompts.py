@@ -58,6 +58,8 @@ class PhaseScreen(ModalScreen[int | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         oid = event.option.id
+        if oid is None:  # every option above has an id
+            return
         self.dismiss(-1 if oid == "all" else int(oid))
 
     def action_cancel(self) -> None:
