@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaders.model import GPU_WORK_KINDS, Trace
+from gaplens.loaders.model import GPU_WORK_KINDS, Trace
 
 
 def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,8 +10,8 @@ import re
 
 import numpy as np
 
-from analysis.memo import per_trace
-from loaders.model import Kind, Trace
+from gaplens.analysis.memo import per_trace
+from gaplens.loaders.model import Kind, Trace
 
 #: Call classes, ordered so that a larger value wins when calls or ops nest.
 LAUNCH, COPY, SYNC = 1, 2, 3

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.busy import BusySpans
-from analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
-from analysis.memo import per_trace
-from loaders.model import Kind, LaneKind, Trace
+from gaplens.analysis.busy import BusySpans
+from gaplens.analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
+from gaplens.analysis.memo import per_trace
+from gaplens.loaders.model import Kind, LaneKind, Trace
 
 CLASS_ORDER = ("sync", "copy", "launch", "host")
 CAUSE_NAMES = (*CLASS_ORDER, "unknown")

@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, gpu_work
-from analysis.gaps import Gap, blank_regions
-from analysis.phases import Phase, phases
-from analysis.summary import summary
-from analysis.workload import STEP_FAMILIES, step_families
-from loaders.model import MEMCPY_KINDS, Kind, Trace
+from gaplens.analysis.busy import BusySpans, gpu_work
+from gaplens.analysis.gaps import Gap, blank_regions
+from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.summary import summary
+from gaplens.analysis.workload import STEP_FAMILIES, step_families
+from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
 
 #: Below this relative change a blank region "stayed about the same".
 SAME_WITHIN = 0.10
@@ -35,7 +35,7 @@ def largest_blank_region(trace: Trace) -> tuple[Gap | None, bool]:
     The one place that knows which gap reading exists: critical-path analysis when
     ``analysis.gaps`` provides it, else the largest blank region of all.
     """
-    from analysis import gaps as gaps_mod
+    from gaplens.analysis import gaps as gaps_mod
 
     analyse = getattr(gaps_mod, "analyse_gaps", None)
     pick = getattr(gaps_mod, "largest_on_critical_path", None)
@@ -284,7 +284,7 @@ def _gap_verdict(rb: Reading, ra: Reading) -> dict:
 
 
 def _verdict(out: dict) -> str:
-    from analysis.units import fmt_ns
+    from gaplens.analysis.units import fmt_ns
 
     g = out["gap"]
     busy = out["busy_pct"]

@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.busy import gpu_work
-from analysis.calls import COPY, SYNC, api_class
-from analysis.memo import per_trace
-from analysis.waits import event_waits
-from loaders.model import Trace
+from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.calls import COPY, SYNC, api_class
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.waits import event_waits
+from gaplens.loaders.model import Trace
 
 # Edge types (the edge *into* a node).
 SOURCE, STREAM, LAUNCH, WAIT, SYNC_EDGE, HOST = 0, 1, 2, 3, 4, 5
@@ -252,7 +252,7 @@ def _latest_before(group_src: np.ndarray, t_src: np.ndarray, group_q: np.ndarray
 
 def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> CriticalPath:
     """The critical path through ``window`` (default: first to last GPU activity)."""
-    from analysis.busy import gpu_window
+    from gaplens.analysis.busy import gpu_window
 
     gr = graph(trace)
     w0, w1 = window if window is not None else gpu_window(trace)

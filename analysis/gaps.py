@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
-from loaders.model import Trace
+from gaplens.analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
+from gaplens.loaders.model import Trace
 
 CAUSES = ("sync", "copy", "launch", "host", "unknown")
 
@@ -71,7 +71,7 @@ ON_PATH_SHARE = 0.5
 
 def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
     """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
-    from analysis.phases import phases
+    from gaplens.analysis.phases import phases
 
     return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
 
@@ -98,7 +98,7 @@ class GapColumns:
 
     def gap(self, trace: Trace, k: int, with_evidence: bool = True) -> Gap:
         """Gap ``k`` as an object, with its evidence events when asked."""
-        from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+        from gaplens.analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
 
         c = int(self.cause[k])
         shares = dict(zip(CLASS_ORDER, self.shares[k].tolist(), strict=True)) if c < UNKNOWN else {"unknown": 1.0}
@@ -118,7 +118,7 @@ class GapColumns:
 
     def to_gaps(self, trace: Trace, evidence_top: int) -> list[Gap]:
         """Every gap as an object; the ``evidence_top`` largest get their evidence events."""
-        from analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+        from gaplens.analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
 
         sy, co, la, ho = CLASS_ORDER
         # A dict literal per gap is the cheapest way to hand 10^5 gaps their shares.
@@ -154,8 +154,8 @@ def gap_columns(
     trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, min_ns: int = 1
 ) -> GapColumns:
     """Blank regions of one window with on-path flag, cause, shares and message, as arrays."""
-    from analysis.causes import UNKNOWN, classify, next_ops
-    from analysis.critical_path import critical_path
+    from gaplens.analysis.causes import UNKNOWN, classify, next_ops
+    from gaplens.analysis.critical_path import critical_path
 
     devs, starts, ends = _region_arrays(trace, device, window, min_ns)
     nxt = np.full(starts.size, -1, np.int64)
@@ -183,7 +183,7 @@ def analyse_gaps(
     ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
     ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
     """
-    from loaders.model import TraceError
+    from gaplens.loaders.model import TraceError
 
     windows: Sequence[tuple[int, int] | None]
     if phase is not None:

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
-from loaders.model import Trace
+from gaplens.loaders.model import Trace
 
 R = TypeVar("R")
 _MEMOS: list[dict] = []

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.busy import gpu_window
-from analysis.memo import per_trace
-from analysis.phases import Phase, phases
-from loaders.model import Kind, Trace
+from gaplens.analysis.busy import gpu_window
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.phases import Phase, phases
+from gaplens.loaders.model import Kind, Trace
 
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)[\s#_-]*(?P<n>\d+)(?P<suffix>\s*\(.*\))?$")
 DIRECTIONS = {

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from loaders.model import clean_name
+from gaplens.loaders.model import clean_name
 
 SCHEMA = "gaplens-notes"
 VERSION = 1
@@ -411,7 +411,7 @@ def notes_markdown(notes: Notes | None, heading: str = "##", answers: bool = Tru
     ``answers=False`` leaves out answers and experiment, for a report that already
     quotes them under each step.
     """
-    from analysis.units import fmt_ns
+    from gaplens.analysis.units import fmt_ns
 
     if notes is None or notes.empty:
         return ""

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.busy import BusySpans, gpu_work
-from analysis.critical_path import LAUNCH, STREAM, WAIT, graph
-from analysis.memory import trace_phases
-from analysis.phases import Phase
-from loaders.model import Trace
+from gaplens.analysis.busy import BusySpans, gpu_work
+from gaplens.analysis.critical_path import LAUNCH, STREAM, WAIT, graph
+from gaplens.analysis.memory import trace_phases
+from gaplens.analysis.phases import Phase
+from gaplens.loaders.model import Trace
 
 BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
 MAJORITY = 0.5

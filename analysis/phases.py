@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.busy import BusySpans, gpu_work
-from loaders.model import Kind, LaneKind, Trace, segmented_max
+from gaplens.analysis.busy import BusySpans, gpu_work
+from gaplens.loaders.model import Kind, LaneKind, Trace, segmented_max
 
 # The profiler's own step markers are not the user's phases.
 _PROFILER_NAMES = re.compile(r"^(ProfilerStep#\d+|PyTorch Profiler.*)$")

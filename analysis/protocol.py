@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, gpu_window, gpu_work
-from analysis.compare import family, innermost_phase, largest_blank_region
-from analysis.gaps import Gap
-from analysis.notes import STEP_TITLES, Notes
-from analysis.phases import Phase, phases
-from analysis.units import fmt_bytes, fmt_ns
-from analysis.workload import Workload, workload
-from loaders.model import Kind, Trace
+from gaplens.analysis.busy import BusySpans, gpu_window, gpu_work
+from gaplens.analysis.compare import family, innermost_phase, largest_blank_region
+from gaplens.analysis.gaps import Gap
+from gaplens.analysis.notes import STEP_TITLES, Notes
+from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.analysis.workload import Workload, workload
+from gaplens.loaders.model import Kind, Trace
 
 QUESTIONS = {
     1: "Complete what the trace cannot know: model, batch, prompt length, output length.",
@@ -295,7 +295,7 @@ def profiler_overhead(trace: Trace, g: Gap) -> list[str]:
     idx = np.flatnonzero((trace.kind == int(Kind.OVERHEAD)) & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns))
     if idx.size == 0 or g.dur_ns <= 0:
         return []
-    from analysis.busy import union
+    from gaplens.analysis.busy import union
 
     s, e = union(np.maximum(trace.start_ns[idx], g.start_ns), np.minimum(trace.end_ns[idx], g.end_ns))
     share = int((e - s).sum()) / g.dur_ns
@@ -322,7 +322,7 @@ def fallback_evidence(trace: Trace, g: Gap, limit: int = 8) -> list[int]:
 def nearest_smell(trace: Trace, g: Gap) -> tuple[str, str] | None:
     """(kind, lever) of the smell overlapping or nearest the gap, when the smells reading exists."""
     try:
-        from analysis import smells as smells_mod  # type: ignore[attr-defined]
+        from gaplens.analysis import smells as smells_mod  # type: ignore[attr-defined]
     except ImportError:
         return None
     finder = getattr(smells_mod, "smells", None) or getattr(smells_mod, "find_smells", None)
@@ -343,7 +343,7 @@ def nearest_smell(trace: Trace, g: Gap) -> tuple[str, str] | None:
 
 def protocol_markdown(walk: Walkthrough, notes: Notes | None = None) -> str:
     """The six steps as Markdown: what the trace says and, under it, what the user wrote."""
-    from analysis.notes import notes_markdown
+    from gaplens.analysis.notes import notes_markdown
 
     trace = walk.trace
     name = trace.meta.path.rsplit("/", 1)[-1] or "trace"

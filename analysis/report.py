@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import os
 
-from analysis.busy import BusySpans, gpu_work
-from analysis.gaps import Gap, analyse_gaps, largest, largest_on_critical_path
-from analysis.memory import memory_rows, steps, trace_phases
-from analysis.notes import Notes, notes_markdown
-from analysis.pacing import pacing
-from analysis.phases import phases
-from analysis.smells import LEVERS, Finding, smells
-from analysis.summary import summary
-from analysis.units import fmt_bytes, fmt_ns
-from loaders.model import Trace
+from gaplens.analysis.busy import BusySpans, gpu_work
+from gaplens.analysis.gaps import Gap, analyse_gaps, largest, largest_on_critical_path
+from gaplens.analysis.memory import memory_rows, steps, trace_phases
+from gaplens.analysis.notes import Notes, notes_markdown
+from gaplens.analysis.pacing import pacing
+from gaplens.analysis.phases import phases
+from gaplens.analysis.smells import LEVERS, Finding, smells
+from gaplens.analysis.summary import summary
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.loaders.model import Trace
 
 NO_GPU_HINT = "Capture the device side too: torch.profiler with ProfilerActivity.CUDA, or nsys --trace=cuda,nvtx,osrt."
 CAUSE_TO_SMELL = {"host": "host_island", "sync": "sync_cliff", "copy": "copy_on_path", "launch": "picket_fence"}

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, gpu_work
-from analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
-from analysis.gaps import Gap, analyse_gaps
-from analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps, trace_phases
-from analysis.units import fmt_bytes, fmt_ns
-from loaders.model import Kind, Trace
+from gaplens.analysis.busy import BusySpans, gpu_work
+from gaplens.analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
+from gaplens.analysis.gaps import Gap, analyse_gaps
+from gaplens.analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps, trace_phases
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.loaders.model import Kind, Trace
 
 FENCE_MIN_OPS = 32
 FENCE_TOLERANCE = 3
@@ -166,7 +166,7 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
 
 
 def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
-    from analysis.causes import evidence, next_ops
+    from gaplens.analysis.causes import evidence, next_ops
 
     limit = max(int(ISLAND_STEP_SHARE * step_ns), ISLAND_MIN_NS)
     out = []

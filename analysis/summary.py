@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
-from analysis.phases import phase_busy_pct, phases
-from loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
+from gaplens.analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
+from gaplens.analysis.phases import phase_busy_pct, phases
+from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
 
 MEMCPY_LABELS = {
     Kind.MEMCPY_HTOD: "HtoD",

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaders.model import Kind, LaneKind, Trace
-from loaders.syncs import parse_wait
+from gaplens.loaders.model import Kind, LaneKind, Trace
+from gaplens.loaders.syncs import parse_wait
 
 
 def event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.phases import phases
-from loaders.model import Kind, Trace
+from gaplens.analysis.phases import phases
+from gaplens.loaders.model import Kind, Trace
 
 #: Range families that count iterations, most specific first. The profiler's own
 #: ``ProfilerStep#N`` is the fallback when the user annotated nothing better.

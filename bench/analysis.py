@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from bench.tiling import tile_to
-from loaders import load
-from loaders.model import Trace
+from gaplens.loaders import load
+from gaplens.loaders.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CANDIDATES = (
@@ -26,9 +26,9 @@ def _sample() -> Path | None:
 
 def readings(trace: Trace) -> dict[str, float]:
     """Time each reading from a cold cache, in the order the CLI runs them."""
-    from analysis import critical_path, memo
-    from analysis.gaps import analyse_gaps
-    from analysis.smells import smells
+    from gaplens.analysis import critical_path, memo
+    from gaplens.analysis.gaps import analyse_gaps
+    from gaplens.analysis.smells import smells
 
     memo.clear()
     out = {}

@@ -39,8 +39,8 @@ def hwm():
             if line.startswith("VmHWM"):
                 return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-from loaders import load
-from loaders.jsonframe import Framed
+from gaplens.loaders import load
+from gaplens.loaders.jsonframe import Framed
 imported = rss()
 if sys.argv[2]:
     load(sys.argv[2], use_cache=False)
@@ -115,8 +115,8 @@ def _pyarrow_whole(data: bytes) -> float:
 
 
 def _events(path: str) -> int:
-    from loaders.files import Source
-    from loaders.jsonframe import Framed, frame_events
+    from gaplens.loaders.files import Source
+    from gaplens.loaders.jsonframe import Framed, frame_events
 
     framed = Framed()
     for _ in frame_events(Source(path).chunks(), framed):
@@ -125,7 +125,7 @@ def _events(path: str) -> int:
 
 
 def _cache_hit(path: str) -> float:
-    from loaders import cache, load
+    from gaplens.loaders import cache, load
 
     if cache.lookup(path) is None:
         load(path)

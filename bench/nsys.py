@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bench.nsys_synth import make_export
-from loaders import load
+from gaplens.loaders import load
 
 SAMPLES = Path(__file__).resolve().parent.parent.parent / "shared" / "samples"
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bench.tiling import tile_trace
-from loaders import load
+from gaplens.loaders import load
 
 SAMPLE = Path(__file__).resolve().parent.parent.parent / "shared" / "samples" / "decode_eager.json.gz"
 SIZE = (200, 60)
@@ -37,8 +37,8 @@ def frame_ms(tl) -> float:
 
 
 async def measure(model, label: str) -> list[str]:
-    from tui.app import make_app
-    from tui.timeline import Timeline
+    from gaplens.tui.app import make_app
+    from gaplens.tui.timeline import Timeline
 
     app = make_app(model)
     out = []
@@ -83,8 +83,8 @@ async def measure(model, label: str) -> list[str]:
 
 
 def run(args) -> None:
-    from tui.readings import compute
-    from tui.viewmodel import build_model, with_readings
+    from gaplens.tui.readings import compute
+    from gaplens.tui.viewmodel import build_model, with_readings
 
     if not SAMPLE.exists():
         print(f"[render] {SAMPLE} not found, skipped")

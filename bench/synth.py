@@ -13,8 +13,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from loaders.files import Source
-from loaders.jsonframe import Framed, frame_events
+from gaplens.loaders.files import Source
+from gaplens.loaders.jsonframe import Framed, frame_events
 
 _TS = re.compile(rb'("ts": ?)(-?\d+)(?:\.(\d+))?')
 _CORR = re.compile(rb'("correlation": ?)(\d+)')
@@ -70,7 +70,7 @@ def tile(sample: str, copies: int, out: str) -> int:
 
 def synthetic(sample: str, min_events: int, folder: str | None = None) -> tuple[str, int]:
     """Path and event count of a tiled trace with at least ``min_events``, made once and kept."""
-    from loaders.cache import cache_dir
+    from gaplens.loaders.cache import cache_dir
 
     base = Path(folder) if folder else cache_dir() / "bench"
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaders.model import Trace, running_max_per_row
+from gaplens.loaders.model import Trace, running_max_per_row
 
 
 def tile_trace(trace: Trace, times: int) -> Trace:

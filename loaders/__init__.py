@@ -6,8 +6,8 @@ import os
 import zlib
 from collections.abc import Callable
 
-from loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
-from loaders.model import Trace, TraceError
+from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
+from gaplens.loaders.model import Trace, TraceError
 
 Progress = Callable[[str, float], None]
 
@@ -23,7 +23,7 @@ def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: b
     path = os.fspath(path)
     head = _head(path)
     if use_cache:
-        from loaders import cache
+        from gaplens.loaders import cache
 
         hit = cache.lookup(path)
         if hit is not None:
@@ -39,12 +39,12 @@ def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: b
 
 def _load(path: str, head: bytes, progress: Progress | None) -> Trace:
     if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
-        from loaders.nsys import load_nsys
+        from gaplens.loaders.nsys import load_nsys
 
         return load_nsys(path, progress)
     if not head:
         raise TraceError(f"{path}: the file is empty")
-    from loaders.kineto import load_kineto, require_events
+    from gaplens.loaders.kineto import load_kineto, require_events
 
     return require_events(load_kineto(path, progress))
 

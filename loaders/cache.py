@@ -23,8 +23,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from loaders.files import cache_dir
-from loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
+from gaplens.loaders.files import cache_dir
+from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
 VERSION = 1  # bump when the entry layout changes; loader code changes are caught by _code_stamp
 COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaders.model import Lane, LaneKind, Meta, Trace, build_trace
+from gaplens.loaders.model import Lane, LaneKind, Meta, Trace, build_trace
 
 LANE_LABELS = {
     LaneKind.CPU_OPS: "CPU ops",

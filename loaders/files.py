@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from loaders.model import TraceError
+from gaplens.loaders.model import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from loaders.model import TraceError
+from gaplens.loaders.model import TraceError
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True

@@ -21,12 +21,22 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
-from loaders.events import ordered_lanes
-from loaders.files import Source
-from loaders.jsonframe import Framed, frame_events
-from loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
-from loaders.kineto_slow import from_lines
-from loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Meta, Trace, TraceError, build_trace
+from gaplens.loaders.events import ordered_lanes
+from gaplens.loaders.files import Source
+from gaplens.loaders.jsonframe import Framed, frame_events
+from gaplens.loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
+from gaplens.loaders.kineto_slow import from_lines
+from gaplens.loaders.model import (
+    CPU_KINDS,
+    GPU_WORK_KINDS,
+    Device,
+    Kind,
+    LaneKind,
+    Meta,
+    Trace,
+    TraceError,
+    build_trace,
+)
 
 Progress = Callable[[str, float], None]
 

@@ -16,8 +16,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loaders.model import Kind, LaneKind
-from loaders.syncs import sync_detail
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.syncs import sync_detail
 
 # cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
 CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {

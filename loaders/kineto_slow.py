@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import numpy as np
 
-from loaders.kineto_cols import (
+from gaplens.loaders.kineto_cols import (
     CATEGORIES,
     COPY_KINDS,
     GPU_LANES,
@@ -29,8 +29,8 @@ from loaders.kineto_cols import (
     stream_of,
     time_ns,
 )
-from loaders.model import Kind, LaneKind
-from loaders.syncs import sync_detail
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.syncs import sync_detail
 
 
 def _decode(line: bytes) -> dict | None:

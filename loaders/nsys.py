@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loaders.events import ordered_lanes
-from loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
-from loaders.nsys_cuda import (
+from gaplens.loaders.events import ordered_lanes
+from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
+from gaplens.loaders.nsys_cuda import (
     GPU_TABLES,
     KERNEL,
     RUNTIME,
@@ -28,10 +28,10 @@ from loaders.nsys_cuda import (
     read_osrt,
     read_sync,
 )
-from loaders.nsys_files import resolve, sqlite_uri
-from loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
-from loaders.nsys_parts import Context, Interner, Part, factorize
-from loaders.nsys_sql import Reader, Schema, read_meta, read_strings
+from gaplens.loaders.nsys_files import resolve, sqlite_uri
+from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
+from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
+from gaplens.loaders.nsys_sql import Reader, Schema, read_meta, read_strings
 
 Progress = Callable[[str, float], None]
 

@@ -10,10 +10,10 @@ from collections.abc import Generator
 
 import numpy as np
 
-from loaders.model import Kind, LaneKind
-from loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
-from loaders.nsys_sql import NULL, read_enum
-from loaders.syncs import sync_detail
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
+from gaplens.loaders.nsys_sql import NULL, read_enum
+from gaplens.loaders.syncs import sync_detail
 
 #: A table reader: yields one (table, {key: SQL expression}, where) request, is sent the
 #: fetched int64 columns, and returns its Part. Requests of all tables are scheduled

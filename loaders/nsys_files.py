@@ -14,8 +14,8 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from loaders.files import GZIP_MAGIC, Source, cache_dir, os_errors, read_head
-from loaders.model import TraceError
+from gaplens.loaders.files import GZIP_MAGIC, Source, cache_dir, os_errors, read_head
+from gaplens.loaders.model import TraceError
 
 Progress = Callable[[str, float], None]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaders.model import Kind, LaneKind
-from loaders.nsys_parts import Context, Part, process_scope, split_tid
-from loaders.nsys_sql import NULL
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.nsys_parts import Context, Part, process_scope, split_tid
+from gaplens.loaders.nsys_sql import NULL
 
 NVTX = "NVTX_EVENTS"
 MARK = 34

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from loaders.model import LaneKind
-from loaders.nsys_sql import Reader, Schema
+from gaplens.loaders.model import LaneKind
+from gaplens.loaders.nsys_sql import Reader, Schema
 
 _VERSION_SUFFIX = re.compile(r"(_v\d+)+$")
 TID_MASK = 0xFFFFFF

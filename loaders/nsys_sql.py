@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from loaders.nsys_files import connect
+from gaplens.loaders.nsys_files import connect
 
 #: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
 NULL = int(np.iinfo(np.int64).min) + 1

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loaders import load
-from loaders.model import Trace
+from gaplens.loaders import load
+from gaplens.loaders.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from loaders.events import EventColumns
-from loaders.model import Device, Kind, LaneKind, Meta, Trace
-from loaders.syncs import sync_detail
+from gaplens.loaders.events import EventColumns
+from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace
+from gaplens.loaders.syncs import sync_detail
 
 PID = TID = 100
 API = (LaneKind.CUDA_API, PID, TID)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.calls import CAPTURE_HINT
-from analysis.critical_path import (
+from gaplens.analysis.calls import CAPTURE_HINT
+from gaplens.analysis.critical_path import (
     HOST,
     LAUNCH,
     SEG_DEVICE,
@@ -19,9 +19,9 @@ from analysis.critical_path import (
     critical_path,
     graph,
 )
-from analysis.gaps import analyse_gaps, blank_regions, largest_on_critical_path
-from loaders.events import EventColumns
-from loaders.model import Device, Kind, Meta
+from gaplens.analysis.gaps import analyse_gaps, blank_regions, largest_on_critical_path
+from gaplens.loaders.events import EventColumns
+from gaplens.loaders.model import Device, Kind, Meta
 from tests.handbuilt import Builder, stream
 
 

@@ -28,8 +28,8 @@ import json
 import numpy as np
 import pytest
 
-from analysis.busy import gpu_work
-from analysis.gaps import analyse_gaps, blank_regions
+from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.gaps import analyse_gaps, blank_regions
 from tests.conftest import PUBLIC, loaded
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}

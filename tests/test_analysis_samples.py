@@ -1,30 +1,19 @@
 """The readings on the real H200 samples: each planted smell is found where its named range puts it.
 
-The nsys captures of the same workloads run the same assertions once ``loaders.nsys`` exists.
+The nsys captures of the same workloads run the same assertions.
 """
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
-from analysis.gaps import analyse_gaps, largest_on_critical_path
-from analysis.memory import memory_rows, steps
-from analysis.pacing import pacing
-from analysis.phases import phases
-from analysis.smells import smells
+from gaplens.analysis.gaps import analyse_gaps, largest_on_critical_path
+from gaplens.analysis.memory import memory_rows, steps
+from gaplens.analysis.pacing import pacing
+from gaplens.analysis.phases import phases
+from gaplens.analysis.smells import smells
 from tests.conftest import loaded
-
-HAS_NSYS = importlib.util.find_spec("loaders.nsys") is not None
-
-
-def capture(name: str):
-    if name.startswith("nsys_") and not HAS_NSYS:
-        pytest.skip("loaders.nsys has not landed yet")
-    return loaded(name)
-
 
 SMELLS = ["smells.json.gz", "nsys_smells.sqlite.gz"]
 GRAPHS = ["decode_graphs.json.gz", "nsys_decode_graphs.sqlite.gz"]
@@ -60,7 +49,7 @@ def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
 
 @pytest.fixture(scope="module", params=SMELLS)
 def smelly(request):
-    tr = capture(request.param)
+    tr = loaded(request.param)
     gaps = analyse_gaps(tr)
     return tr, gaps, smells(tr, gaps)
 
@@ -127,7 +116,7 @@ def test_dense_matmul_is_dense_device_paced_and_clean(smelly):
 
 @pytest.mark.parametrize("name", GRAPHS)
 def test_cuda_graph_decode_is_device_paced_without_picket_fence(name):
-    tr = capture(name)
+    tr = loaded(name)
     findings = findings_in_profiled(tr, smells(tr))
     assert not [f for f in findings if f.kind == "picket_fence"]
     decode = [
@@ -139,7 +128,7 @@ def test_cuda_graph_decode_is_device_paced_without_picket_fence(name):
 
 @pytest.mark.parametrize("name", EAGER)
 def test_eager_decode_is_launch_bound_with_a_sync_cliff_each_step(name):
-    tr = capture(name)
+    tr = loaded(name)
     findings = smells(tr)
     decode = [r for r in pacing(tr) if r["name"] == "decode" and r["ops"] > 0]
     assert decode and all(r["verdict"] == "cpu-bound" for r in decode)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from analysis.gaps import analyse_gaps
-from analysis.memory import memory_rows, steps
-from analysis.pacing import pacing_row
-from analysis.smells import smells
-from loaders.model import Kind
+from gaplens.analysis.gaps import analyse_gaps
+from gaplens.analysis.memory import memory_rows, steps
+from gaplens.analysis.pacing import pacing_row
+from gaplens.analysis.smells import smells
+from gaplens.loaders.model import Kind
 from tests.handbuilt import Builder
 
 US = 1_000

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from analysis.busy import gpu_work
-from analysis.critical_path import WAIT, graph
-from analysis.waits import event_waits
-from loaders.kineto_cols import Context
-from loaders.kineto_slow import from_lines
-from loaders.model import Kind, Trace
-from loaders.syncs import SyncWait, parse_wait, sync_detail
+from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.critical_path import WAIT, graph
+from gaplens.analysis.waits import event_waits
+from gaplens.loaders.kineto_cols import Context
+from gaplens.loaders.kineto_slow import from_lines
+from gaplens.loaders.model import Kind, Trace
+from gaplens.loaders.syncs import SyncWait, parse_wait, sync_detail
 from tests.conftest import PUBLIC, _cached, loaded
 from tests.handbuilt import Builder
 

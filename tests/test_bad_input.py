@@ -10,10 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from loaders import load
-from loaders.model import Kind, TraceError
+from gaplens.loaders import load
+from gaplens.loaders.model import Kind, TraceError
+from gaplens.tui.cli import main
 from tests.conftest import sample
-from tui.cli import main
 
 SMALL = "train_step.json.gz"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaders import cache, load
+from gaplens.loaders import cache, load
 from tests.conftest import sample
 
 COLUMNS = (*cache.COLUMNS, "row_lane", "row_depth", "row_offsets", "row_maxend")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from gaplens.tui.cli import main
 from tests.conftest import sample
-from tui.cli import main
 
 GAP_KEYS = {"device", "start_ns", "end_ns", "dur_ns", "on_critical_path", "cause", "shares", "evidence"}
 SMELL_KEYS = {"kind", "start_ns", "end_ns", "evidence", "lever"}
@@ -86,7 +86,7 @@ def test_report_to_stdout_and_unwritable_target(capsys, tmp_path):
 
 
 def test_report_quotes_saved_answers():
-    from analysis.report import report_markdown
+    from gaplens.analysis.report import report_markdown
     from tests.conftest import loaded
 
     text = report_markdown(loaded("smells.json.gz"), notes={1: "Llama-ish, batch 4\nbf16", "6": "try pinned memory"})
@@ -101,9 +101,9 @@ def test_missing_file_exits_2(capsys, tmp_path, command):
 
 
 def test_report_on_traces_missing_a_side():
-    from analysis.report import report_markdown
-    from loaders.events import EventColumns
-    from loaders.model import Device, Kind, LaneKind, Meta
+    from gaplens.analysis.report import report_markdown
+    from gaplens.loaders.events import EventColumns
+    from gaplens.loaders.model import Device, Kind, LaneKind, Meta
 
     gpu_only = EventColumns()
     for k, (s, e) in enumerate([(0, 100), (300, 400)]):

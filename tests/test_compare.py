@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from analysis.compare import compare, family
+from gaplens.analysis.compare import compare, family
+from gaplens.tui.cli import main
 from tests.conftest import loaded, meta, sample
-from tui.cli import main
 
 
 @pytest.fixture(scope="module")

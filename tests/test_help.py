@@ -6,11 +6,11 @@ import asyncio
 import html
 import re
 
+from gaplens.tui.app import make_app
+from gaplens.tui.keys import KEYS, key_names
+from gaplens.tui.protocol import PROTOCOL_KEYS
 from tests.conftest import loaded
 from tests.test_tui_pilot import ready
-from tui.app import make_app
-from tui.keys import KEYS, key_names
-from tui.protocol import PROTOCOL_KEYS
 
 _TEXT = re.compile(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>')
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.busy import device_busy
-from analysis.phases import phases
-from loaders.model import MEMCPY_KINDS, Kind
+from gaplens.analysis.busy import device_busy
+from gaplens.analysis.phases import phases
+from gaplens.loaders.model import MEMCPY_KINDS, Kind
 from tests.conftest import PUBLIC, SAMPLES, loaded, meta, requires_shared
 
 pytestmark = requires_shared
@@ -182,7 +182,7 @@ def test_fallback_path_builds_the_same_trace(monkeypatch, name):
     """The per-event fallback (blocks Arrow refuses) gives exactly what the Arrow path gives."""
     import pyarrow as pa
 
-    from loaders import kineto, load
+    from gaplens.loaders import kineto, load
     from tests.conftest import sample
 
     fast = load(sample(name), use_cache=False)
@@ -200,7 +200,7 @@ def test_fallback_path_builds_the_same_trace(monkeypatch, name):
 
 
 def test_progress_reports_parse_and_build():
-    from loaders import load
+    from gaplens.loaders import load
     from tests.conftest import sample
 
     seen: list[tuple[str, float]] = []
@@ -242,7 +242,7 @@ _event = st.fixed_dictionaries(
 )
 def test_framing_round_trips_any_layout(events, indent, separators, bare, block, ascii_only):
     """Re-framing rests on the JSON structure: any indentation, strings full of brackets."""
-    from loaders.jsonframe import Framed, frame_events
+    from gaplens.loaders.jsonframe import Framed, frame_events
 
     doc = events if bare else {"schemaVersion": 1, "a": {"traceEvents": "[{"}, "traceEvents": events, "z": [1, {}]}
     text = json.dumps(doc, indent=indent, separators=separators, ensure_ascii=ascii_only).encode()

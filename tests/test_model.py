@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaders.events import EventColumns
-from loaders.model import Kind, LaneKind, Meta, clean_name, pack_depths
+from gaplens.loaders.events import EventColumns
+from gaplens.loaders.model import Kind, LaneKind, Meta, clean_name, pack_depths
 
 
 def _trace(intervals, lane_key=(LaneKind.CPU_OPS, 1, 1)):
@@ -109,7 +109,7 @@ def test_times_are_relative_to_origin():
 
 def test_phase_gpu_span_starts_before_its_first_kernel():
     """A phase whose first call is a launch starts on the GPU when that kernel starts, not after it."""
-    from analysis.phases import phases
+    from gaplens.analysis.phases import phases
 
     cols = EventColumns()
     cols.add((LaneKind.ANNOTATIONS, 1, 1), 100, 1_000, "decode", Kind.ANNOTATION)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import notes as notes_mod
-from analysis.notes import Notes, NotesStore, find_event, fingerprint, note_for_event, notes_markdown
+from gaplens.analysis import notes as notes_mod
+from gaplens.analysis.notes import Notes, NotesStore, find_event, fingerprint, note_for_event, notes_markdown
 from tests.conftest import ROOT, loaded, sample
 
 
@@ -184,7 +184,7 @@ _KILLER = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from analysis import notes as m
+    from gaplens.analysis import notes as m
     store = m.NotesStore({trace!r})
     n = store.load()
     for i in range(2000):
@@ -248,8 +248,8 @@ def test_markdown_holds_everything(trace_copy: Path) -> None:
 
 
 def test_notes_for_trace(trace_copy: Path) -> None:
-    from analysis.notes import notes_for_trace
-    from loaders import load
+    from gaplens.analysis.notes import notes_for_trace
+    from gaplens.loaders import load
 
     trace = load(trace_copy)
     assert notes_for_trace(trace) is None

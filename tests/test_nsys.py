@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loaders.model import MEMCPY_KINDS, Kind, LaneKind
-from loaders.nsys_parts import api_display_name
+from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind
+from gaplens.loaders.nsys_parts import api_display_name
 from tests.conftest import PUBLIC, SAMPLES, loaded, requires_shared
 
 pytestmark = requires_shared

@@ -21,7 +21,7 @@ import functools
 
 import pytest
 
-from analysis.summary import summary
+from gaplens.analysis.summary import summary
 from tests.conftest import loaded, meta
 
 PAIRS = ["smells", "decode_eager", "decode_graphs"]

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import loaders.nsys_sql as nsys_sql
-from loaders.nsys_files import sqlite_uri
-from loaders.nsys_sql import NULL, Reader
+import gaplens.loaders.nsys_sql as nsys_sql
+from gaplens.loaders.nsys_files import sqlite_uri
+from gaplens.loaders.nsys_sql import NULL, Reader
 
 INT64 = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 1)
 CELL = st.one_of(INT64, st.none(), st.sampled_from([1.5, "12", "x", b"\x01"]))

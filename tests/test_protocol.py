@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.busy import gpu_window
-from analysis.gaps import blank_regions
-from analysis.notes import Notes
-from analysis.protocol import Walkthrough, busy_verdict, phase_rows
+from gaplens.analysis.busy import gpu_window
+from gaplens.analysis.gaps import blank_regions
+from gaplens.analysis.notes import Notes
+from gaplens.analysis.protocol import Walkthrough, busy_verdict, phase_rows
 from tests.conftest import loaded
 
 
@@ -101,7 +101,7 @@ def test_phase_rows_apply_renames_and_marks() -> None:
 
 
 def test_protocol_markdown_quotes_answers_once(smells: Walkthrough) -> None:
-    from analysis.protocol import protocol_markdown
+    from gaplens.analysis.protocol import protocol_markdown
 
     n = Notes()
     n.set_answer(1, "toy loop, batch 1")
@@ -135,8 +135,8 @@ def test_marked_phase_gets_its_busy_share() -> None:
 
 
 def test_gpu_only_trace_asks_for_a_better_trace() -> None:
-    from loaders.events import EventColumns
-    from loaders.model import Device, Kind, LaneKind, Meta
+    from gaplens.loaders.events import EventColumns
+    from gaplens.loaders.model import Device, Kind, LaneKind, Meta
 
     cols = EventColumns()
     for k, (s, e) in enumerate([(0, 100), (300, 400), (450, 900)]):

@@ -9,12 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.notes import NotesStore
+from gaplens.analysis.notes import NotesStore
+from gaplens.tui.app import make_app
+from gaplens.tui.notes_panel import LineInput, NotesPanel
+from gaplens.tui.protocol_panel import ProtocolPanel
 from tests.conftest import sample
-from tui.notes_panel import LineInput, NotesPanel
-from tui.protocol_panel import ProtocolPanel
-
-make_app = pytest.importorskip("tui.app", reason="the viewer app is not in this build").make_app
 
 SIZE = (160, 48)
 
@@ -217,7 +216,7 @@ def test_rename_a_phase(trace_copy: Path) -> None:
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
             tl = await _ready(app, pilot)
-            from tui.navigate import Selection
+            from gaplens.tui.navigate import Selection
 
             prefill = next(p for p in app.model.readings.phases if p.name == "tokenize")
             tl.select(Selection(prefill.start_ns, prefill.end_ns, phase=prefill))
@@ -283,8 +282,8 @@ def test_evidence_is_cleared_when_protocol_closes(trace_copy: Path) -> None:
 _APP_KILLER = """
 import asyncio, os, signal, sys
 sys.path.insert(0, {root!r})
-from analysis import notes as notes_mod
-from tui.app import make_app
+from gaplens.analysis import notes as notes_mod
+from gaplens.tui.app import make_app
 from tests.test_protocol_pilot import _ready
 
 app = make_app({trace!r})

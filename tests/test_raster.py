@@ -9,8 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import loaded
-from tui.raster import (
+from gaplens.tui.raster import (
     GAP_GLYPH,
     LABEL,
     MATCH,
@@ -24,8 +23,9 @@ from tui.raster import (
     raster_row,
     runs,
 )
-from tui.viewmodel import build_model
-from tui.viewport import Viewport, fmt_tick, ruler_text, tick_step_ns
+from gaplens.tui.viewmodel import build_model
+from gaplens.tui.viewport import Viewport, fmt_tick, ruler_text, tick_step_ns
+from tests.conftest import loaded
 
 
 def row(spans, style=int(Style.KERNEL)) -> RowData:
@@ -185,8 +185,8 @@ def test_headless_modules_do_not_load_textual():
 
 def test_batched_rows_equal_one_row_at_a_time():
     """The per-frame batch over all visible rows draws exactly what the single-row path draws."""
-    from tui.lanetree import RowKind, build_tree, visible_rows
-    from tui.raster import raster_rows
+    from gaplens.tui.lanetree import RowKind, build_tree, visible_rows
+    from gaplens.tui.raster import raster_rows
 
     model = build_model(loaded("decode_eager.json.gz"))
     rows = [r for r in visible_rows(build_tree(model.trace), set()) if r.kind == RowKind.EVENTS]

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.gaps import analyse_gaps, largest_on_critical_path
-from analysis.phases import phases
-from analysis.workload import input_shapes, step_families
-from loaders import load
-from loaders.model import MEMCPY_KINDS, Kind
+from gaplens.analysis.gaps import analyse_gaps, largest_on_critical_path
+from gaplens.analysis.phases import phases
+from gaplens.analysis.workload import input_shapes, step_families
+from gaplens.loaders import load
+from gaplens.loaders.model import MEMCPY_KINDS, Kind
 from tests.test_kineto import _check_totals
 
 DATA = Path(__file__).parent / "data"

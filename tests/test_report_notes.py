@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.notes import Notes, NotesStore
-from analysis.report import report_markdown
-from loaders import load
+from gaplens.analysis.notes import Notes, NotesStore
+from gaplens.analysis.report import report_markdown
+from gaplens.loaders import load
+from gaplens.tui.cli import main
 from tests.conftest import sample
-from tui.cli import main
 
 
 @pytest.fixture

@@ -6,16 +6,16 @@ import asyncio
 
 import numpy as np
 
-from loaders.events import EventColumns
-from loaders.model import Device, Kind, LaneKind, Meta
+from gaplens.loaders.events import EventColumns
+from gaplens.loaders.model import Device, Kind, LaneKind, Meta
+from gaplens.tui.app import make_app
+from gaplens.tui.details import describe
+from gaplens.tui.lanetree import DEPTH_CAP, RowKind, build_tree, gutter_label, visible_rows
+from gaplens.tui.navigate import Selection
+from gaplens.tui.readings import compute
+from gaplens.tui.timeline import Timeline
+from gaplens.tui.viewmodel import build_model, with_readings
 from tests.conftest import loaded
-from tui.app import make_app
-from tui.details import describe
-from tui.lanetree import DEPTH_CAP, RowKind, build_tree, gutter_label, visible_rows
-from tui.navigate import Selection
-from tui.readings import compute
-from tui.timeline import Timeline
-from tui.viewmodel import build_model, with_readings
 
 
 def test_lane_tree_orders_devices_first_and_caps_depth():
@@ -95,8 +95,8 @@ def test_untrusted_names_never_reach_the_terminal():
 
 def test_gap_columns_match_blank_regions():
     """The viewer's gap columns are exactly ``analysis.gaps.blank_regions``, and indexing makes the analysed Gap."""
-    from analysis.gaps import analyse_gaps, blank_regions
-    from tui.readings import compute
+    from gaplens.analysis.gaps import analyse_gaps, blank_regions
+    from gaplens.tui.readings import compute
 
     for name in ("smells.json.gz", "decode_eager.json.gz"):
         trace = loaded(name)

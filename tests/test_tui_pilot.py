@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from textual.worker import WorkerCancelled
 
-from loaders.model import Kind, LaneKind
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.tui.app import GaplensApp, make_app
+from gaplens.tui.keys import KEYS
+from gaplens.tui.lanetree import RowKind
+from gaplens.tui.timeline import Timeline
 from tests.conftest import loaded, sample
-from tui.app import GaplensApp, make_app
-from tui.keys import KEYS
-from tui.lanetree import RowKind
-from tui.timeline import Timeline
 
 Body = Callable[[GaplensApp, object, Timeline], Awaitable[None]]
 

@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from textual.geometry import Region
 
-from loaders.model import Kind
+from gaplens.loaders.model import Kind
+from gaplens.tui.app import make_app
+from gaplens.tui.details import describe
+from gaplens.tui.lanetree import DEPTH_CAP, RowKind, gutter_label
+from gaplens.tui.raster import SELECTED
+from gaplens.tui.timeline import Timeline
+from gaplens.tui.viewmodel import build_model
+from gaplens.tui.viewport import Viewport
 from tests.conftest import PUBLIC, _cached, loaded, sample
 from tests.test_tui_pilot import drive, ready
-from tui.app import make_app
-from tui.details import describe
-from tui.lanetree import DEPTH_CAP, RowKind, gutter_label
-from tui.raster import SELECTED
-from tui.timeline import Timeline
-from tui.viewmodel import build_model
-from tui.viewport import Viewport
 
 
 def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
@@ -201,7 +201,7 @@ def test_clicking_a_bar_selects_it():
 
 
 def test_help_explains_the_deep_row_marker_and_the_mouse():
-    from tui.screens.help import LEGEND
+    from gaplens.tui.screens.help import LEGEND
 
     glyphs = {glyph for glyph, _ in LEGEND}
     assert "┆dN" in glyphs and "mouse" in glyphs
@@ -324,16 +324,16 @@ def test_header_says_analysing_until_the_readings_arrive(monkeypatch):
     """On 1M events the readings take seconds; g/c answered "no blank regions" with no sign of work in progress."""
     import threading
 
-    import tui.app
+    import gaplens.tui.app
 
     release = threading.Event()
-    compute = tui.app.compute
+    compute = gaplens.tui.app.compute
 
     def slow(trace):
         release.wait(10)
         return compute(trace)
 
-    monkeypatch.setattr(tui.app, "compute", slow)
+    monkeypatch.setattr(gaplens.tui.app, "compute", slow)
     app = make_app(loaded("smells.json.gz"))
 
     async def main() -> None:
@@ -364,11 +364,11 @@ def test_q_quits_at_once_even_while_loading_or_analysing(tmp_path):
     script = tmp_path / "slow.py"
     script.write_text(
         "import sys, time\n"
-        "import tui.app\n"
+        "import gaplens.tui.app\n"
         "def slow(trace):\n"
         "    time.sleep(60)\n"
-        "tui.app.compute = slow\n"
-        f"sys.exit(tui.app.run_app({str(sample('smells.json.gz'))!r}))\n"
+        "gaplens.tui.app.compute = slow\n"
+        f"sys.exit(gaplens.tui.app.run_app({str(sample('smells.json.gz'))!r}))\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     pid, fd = pty.fork()

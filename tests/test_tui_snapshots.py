@@ -5,13 +5,8 @@ Re-record with ``pytest tests/test_tui_snapshots.py --snapshot-update`` after ch
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-import pytest
-
+from gaplens.tui.app import make_app
 from tests.conftest import loaded, sample
-from tui.app import make_app
 
 SIZE = (120, 36)
 
@@ -39,11 +34,7 @@ def test_decode_eager_largest_gap_with_details(snap_compare):
     )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("loaders.nsys") is None, reason="the nsys loader is not in this build")
-def test_nsys_smells_default_view(snap_compare, request):
+def test_nsys_smells_default_view(snap_compare):
     """An Nsight Systems export: the same rows and readings as a Kineto trace of the same workload."""
-    recorded = Path(__file__).parent / "__snapshots__" / "test_tui_snapshots" / "test_nsys_smells_default_view.svg"
-    if not recorded.exists() and not request.config.getoption("update_snapshots", default=False):
-        pytest.skip("no recorded picture yet: record it with --snapshot-update once loaders.nsys has landed")
     app = make_app(str(sample("nsys_smells.sqlite.gz")), mono=False)
     assert snap_compare(app, terminal_size=SIZE, run_before=_ready)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.workload import versions, workload
-from loaders import load
+from gaplens.analysis.workload import versions, workload
+from gaplens.loaders import load
 from tests.conftest import PUBLIC, loaded, meta
 
 

@@ -23,17 +23,17 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
-from loaders import TraceError, load
-from loaders.model import Trace, clean_name
-from tui.details import Details
-from tui.keys import KEYS, key_names
-from tui.protocol import ProtocolApp
-from tui.readings import compute
-from tui.screens.help import HelpScreen
-from tui.screens.prompts import PhaseScreen, SearchScreen
-from tui.timeline import SelectionChanged, Timeline, ViewportChanged
-from tui.viewmodel import TimelineModel, build_model, with_readings
-from tui.viewport import Viewport, ruler_text
+from gaplens.loaders import TraceError, load
+from gaplens.loaders.model import Trace, clean_name
+from gaplens.tui.details import Details
+from gaplens.tui.keys import KEYS, key_names
+from gaplens.tui.protocol import ProtocolApp
+from gaplens.tui.readings import compute
+from gaplens.tui.screens.help import HelpScreen
+from gaplens.tui.screens.prompts import PhaseScreen, SearchScreen
+from gaplens.tui.timeline import SelectionChanged, Timeline, ViewportChanged
+from gaplens.tui.viewmodel import TimelineModel, build_model, with_readings
+from gaplens.tui.viewport import Viewport, ruler_text
 
 
 class _Quit(Exception):
@@ -272,7 +272,7 @@ def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> st
 
 
 def ruler_span(vp: Viewport) -> str:
-    from analysis.units import fmt_ns
+    from gaplens.analysis.units import fmt_ns
 
     return f"{fmt_ns(vp.span_ns)} ({fmt_ns(vp.ns_per_col)}/col)"
 

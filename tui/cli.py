@@ -12,8 +12,8 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from loaders import TraceError
-from tui.commands.common import load_trace, print_json
+from gaplens.loaders import TraceError
+from gaplens.tui.commands.common import load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare")
 
@@ -22,12 +22,12 @@ def bundled_sample() -> str:
     """Path of the default trace shipped inside the package."""
     from importlib.resources import files
 
-    return str(files("samples") / "decode_eager.json.gz")
+    return str(files("gaplens.samples") / "decode_eager.json.gz")
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from analysis.summary import summary
-    from tui.commands.summary import render_text
+    from gaplens.analysis.summary import summary
+    from gaplens.tui.commands.summary import render_text
 
     trace = load_trace(args.trace)
     if args.json:
@@ -38,13 +38,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from tui.commands import compare, readings
+    from gaplens.tui.commands import compare, readings
 
     return {"summary": cmd_summary, **readings.COMMANDS, "compare": compare.run}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tui.commands import compare, readings
+    from gaplens.tui.commands import compare, readings
 
     parser = argparse.ArgumentParser(
         prog="gaplens",
@@ -72,7 +72,7 @@ def build_tui_parser() -> argparse.ArgumentParser:
 
 
 def run_tui(path: str | None) -> int:
-    from tui.app import run_app
+    from gaplens.tui.app import run_app
 
     return run_app(path or bundled_sample())
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from analysis.gaps import Gap
-from analysis.units import fmt_bytes, fmt_ns
-from loaders.model import Kind, clean_name
-from tui.navigate import Selection
-from tui.viewmodel import TimelineModel
+from gaplens.analysis.gaps import Gap
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.loaders.model import Kind, clean_name
+from gaplens.tui.navigate import Selection
+from gaplens.tui.viewmodel import TimelineModel
 
 _KIND_LABEL = {k: k.name.lower().replace("_", " ") for k in Kind}
 

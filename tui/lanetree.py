@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
-from loaders.model import GPU_LANE_KINDS, Lane, Trace, clean_name
+from gaplens.loaders.model import GPU_LANE_KINDS, Lane, Trace, clean_name
 
 #: Sub-rows drawn per lane before the rest collapse into a "+N" marker.
 DEPTH_CAP = 4

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.gaps import Gap
-from analysis.phases import Phase
-from loaders.model import Kind, clean_name
-from tui.lanetree import Row, RowKind, group_of
-from tui.viewport import Viewport
+from gaplens.analysis.gaps import Gap
+from gaplens.analysis.phases import Phase
+from gaplens.loaders.model import Kind, clean_name
+from gaplens.tui.lanetree import Row, RowKind, group_of
+from gaplens.tui.viewport import Viewport
 
 if TYPE_CHECKING:
     from textual.scroll_view import ScrollView
 
-    from tui.viewmodel import TimelineModel
+    from gaplens.tui.viewmodel import TimelineModel
 
     # For the type checker the mixin is the widget it is mixed into (notify, app, refresh);
     # at run time it stays a plain class so it adds nothing to Textual's DOM types.

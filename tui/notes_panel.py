@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from analysis.notes import Note, Notes
-from analysis.units import fmt_ns
+from gaplens.analysis.notes import Note, Notes
+from gaplens.analysis.units import fmt_ns
 
 
 class LineInput(ModalScreen[str | None]):

@@ -22,16 +22,16 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
-from analysis.notes import Notes, NotesStore, atomic_write, find_event, note_for_event, state_dir
-from analysis.phases import Phase
-from analysis.protocol import Walkthrough, protocol_markdown
-from analysis.units import fmt_ns
-from tui.notes_panel import LineInput, NoteAction, NotesPanel
-from tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
+from gaplens.analysis.notes import Notes, NotesStore, atomic_write, find_event, note_for_event, state_dir
+from gaplens.analysis.phases import Phase
+from gaplens.analysis.protocol import Walkthrough, protocol_markdown
+from gaplens.analysis.units import fmt_ns
+from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
+from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
 if TYPE_CHECKING:
-    from tui.timeline import Timeline
-    from tui.viewmodel import TimelineModel
+    from gaplens.tui.timeline import Timeline
+    from gaplens.tui.viewmodel import TimelineModel
 
 #: (key, action, palette title, palette help); P itself is in ``tui.keys.KEYS`` with the viewer's keys.
 PROTOCOL_KEYS = (
@@ -211,7 +211,7 @@ class ProtocolApp(App[int]):
             tl.set_viewport(framed)  # selecting must not move the view off the gap
 
     def _cursor_to_phases(self, tl) -> None:
-        from tui.lanetree import RowKind
+        from gaplens.tui.lanetree import RowKind
 
         row = next((k for k, r in enumerate(tl.rows) if r.kind == RowKind.PHASES), None)
         if row is not None:
@@ -431,7 +431,7 @@ class ProtocolApp(App[int]):
         assert self.model is not None, "no trace loaded yet"
         trace = self.model.trace
         try:
-            from analysis.report import report_markdown
+            from gaplens.analysis.report import report_markdown
         except ImportError:
             walk = self.walkthrough or Walkthrough(trace, self.notes)
             return protocol_markdown(walk, self.notes)
@@ -446,7 +446,7 @@ class ProtocolApp(App[int]):
 
 def focus_evidence(trace, ev: np.ndarray, gap) -> int:
     """The evidence to select first: the host event covering most of the gap, not wider than it."""
-    from loaders.model import GPU_WORK_KINDS
+    from gaplens.loaders.model import GPU_WORK_KINDS
 
     s, e = trace.start_ns[ev], trace.end_ns[ev]
     overlap = np.minimum(e, gap.end_ns) - np.maximum(s, gap.start_ns)

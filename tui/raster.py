@@ -19,7 +19,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from loaders.model import Kind
+from gaplens.loaders.model import Kind
 
 
 class Style(IntEnum):

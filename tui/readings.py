@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.gaps import Gap, GapColumns, gap_columns
-from analysis.phases import Phase, phases
-from loaders.model import Trace
+from gaplens.analysis.gaps import Gap, GapColumns, gap_columns
+from gaplens.analysis.phases import Phase, phases
+from gaplens.loaders.model import Trace
 
 
 @dataclass

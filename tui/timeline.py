@@ -21,11 +21,11 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from loaders.model import LaneKind
-from tui import keys
-from tui.lanetree import Row, RowKind, ancestors, gutter_label, visible_rows
-from tui.navigate import Selection, TimelineActions
-from tui.raster import (
+from gaplens.loaders.model import LaneKind
+from gaplens.tui import keys
+from gaplens.tui.lanetree import Row, RowKind, ancestors, gutter_label, visible_rows
+from gaplens.tui.navigate import Selection, TimelineActions
+from gaplens.tui.raster import (
     BASE_MASK,
     CURSOR,
     LABEL,
@@ -43,8 +43,8 @@ from tui.raster import (
     raster_rows,
     runs,
 )
-from tui.viewmodel import TimelineModel
-from tui.viewport import Viewport
+from gaplens.tui.viewmodel import TimelineModel
+from gaplens.tui.viewport import Viewport
 
 _OVERLAYS = ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor"))
 _GUTTER, _GUTTER_CURSOR = -1, -2

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.busy import BusySpans, device_busy, gpu_window
-from analysis.gaps import Gap
-from analysis.phases import Phase
-from analysis.units import fmt_ns
-from loaders.model import CPU_KINDS, Kind, Trace, clean_name
-from tui.lanetree import Node, Row, RowKind, build_tree
-from tui.raster import RowData, Style, event_styles
-from tui.readings import Readings
+from gaplens.analysis.busy import BusySpans, device_busy, gpu_window
+from gaplens.analysis.gaps import Gap
+from gaplens.analysis.phases import Phase
+from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import CPU_KINDS, Kind, Trace, clean_name
+from gaplens.tui.lanetree import Node, Row, RowKind, build_tree
+from gaplens.tui.raster import RowData, Style, event_styles
+from gaplens.tui.readings import Readings
 
 
 @dataclass

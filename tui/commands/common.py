@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from loaders import load
-from loaders.model import Trace
+from gaplens.loaders import load
+from gaplens.loaders.model import Trace
 
 
 def load_trace(path: str) -> Trace:

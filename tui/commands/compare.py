@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from analysis.compare import compare
-from analysis.units import fmt_bytes, fmt_ns
-from tui.commands.common import load_trace, print_json
+from gaplens.analysis.compare import compare
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.tui.commands.common import load_trace, print_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from analysis.gaps import Gap, analyse_gaps, gap_json, largest
-from analysis.phases import phases
-from analysis.report import phase_at
-from analysis.units import fmt_ns
-from loaders.model import Trace, TraceError
-from tui.commands.common import load_trace, print_json
+from gaplens.analysis.gaps import Gap, analyse_gaps, gap_json, largest
+from gaplens.analysis.phases import phases
+from gaplens.analysis.report import phase_at
+from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import Trace, TraceError
+from gaplens.tui.commands.common import load_trace, print_json
 
 
 def _shares(g: Gap) -> str:
@@ -63,7 +63,7 @@ def render_smells(trace: Trace, findings) -> str:
         lines.append(f"{f.kind:<13} GPU {f.device}  {fmt_ns(f.start_ns):>10} +{fmt_ns(f.dur_ns):<10} {f.summary}")
     lines.append("")
     lines.append("levers:")
-    from analysis.smells import LEVERS
+    from gaplens.analysis.smells import LEVERS
 
     for kind in dict.fromkeys(f.kind for f in findings):
         lines.append(f"  {kind:<13} {LEVERS[kind]}")
@@ -71,7 +71,7 @@ def render_smells(trace: Trace, findings) -> str:
 
 
 def cmd_smells(args: argparse.Namespace) -> int:
-    from analysis.smells import smells
+    from gaplens.analysis.smells import smells
 
     trace = load_trace(args.trace)
     findings = smells(trace)
@@ -83,8 +83,8 @@ def cmd_smells(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from analysis.notes import notes_for_trace
-    from analysis.report import report_markdown
+    from gaplens.analysis.notes import notes_for_trace
+    from gaplens.analysis.report import report_markdown
 
     trace = load_trace(args.trace)
     saved = notes_for_trace(trace, warn=lambda m: print(f"gaplens: warning: {m}", file=sys.stderr))

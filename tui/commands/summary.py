@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from analysis.summary import summary
-from analysis.units import fmt_bytes, fmt_ns
-from loaders.model import Trace
+from gaplens.analysis.summary import summary
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.loaders.model import Trace
 
 
 def render_text(trace: Trace, top: int = 10) -> str:

@@ -11,8 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.keys import help_rows
-from tui.protocol import PROTOCOL_KEYS
+from gaplens.tui.keys import help_rows
+from gaplens.tui.protocol import PROTOCOL_KEYS
 
 LEGEND = (
     ("█ ▓ ▒ ░", "busy share of a cell when many events fall in it"),

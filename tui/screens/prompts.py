@@ -12,9 +12,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from analysis.phases import Phase
-from analysis.units import fmt_ns
-from loaders.model import clean_name
+from gaplens.analysis.phases import Phase
+from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import clean_name
 
 
 class SearchScreen(ModalScreen[str | None]):
