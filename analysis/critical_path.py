@@ -85,6 +85,13 @@ class CriticalPath:
         short_queue = (k == SEG_QUEUE) & ((self.seg_end_ns - self.seg_start_ns) <= QUEUE_AS_LAUNCH_NS)
         return (k == SEG_HOST) | (k == SEG_LAUNCH) | (k == SEG_SYNC) | short_queue
 
+    def comm_side(self, trace: Trace) -> np.ndarray:
+        """Mask of segments where the path ran through a communication kernel."""
+        from gaplens.analysis.comm import comm_mask
+
+        ev = self.seg_event
+        return (self.seg_kind == SEG_DEVICE) & (ev >= 0) & comm_mask(trace)[np.maximum(ev, 0)]
+
     def time_in(self, starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Per interval [s, e): time the path spends in the masked segments (vectorised)."""
         m = self.host_side() if mask is None else mask
@@ -169,6 +176,7 @@ def build_graph(trace: Trace) -> Graph:
         pos = np.empty(n, dtype=np.int64)
         pos[g] = np.arange(g.size)
         wait_src[pos[dst[keep]]] = src[keep]
+    _infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
     wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
 
     use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
@@ -187,14 +195,48 @@ def build_graph(trace: Trace) -> Graph:
     pred[blocking] = awaited
     edge[blocking] = SYNC_EDGE
 
-    # ---- host program order: entry of a launch call <- latest blocking exit before it
+    # ---- host program order: entry of a launch call <- latest blocking exit before it, on its
+    # own thread; a thread that never blocked (autograd's, DDP's) was set going by its process's
+    # other threads, so their latest blocking exit stands in (the cross-thread hand-off is not traced).
     calls = np.unique(a[ok_launch])
     if calls.size and blocking.size:
         k = _latest_before(trace.lane[blocking], end[blocking], trace.lane[calls], start[calls])
+        lane_pid = np.asarray([ln.pid for ln in trace.lanes], dtype=np.int64)
+        orphan = k < 0
+        if orphan.any():
+            pid_b, pid_c = lane_pid[trace.lane[blocking]], lane_pid[trace.lane[calls[orphan]]]
+            k[orphan] = _latest_before(pid_b, end[blocking], pid_c, start[calls[orphan]])
         has = k >= 0
         pred[n + calls[has]] = blocking[k[has]]
         edge[n + calls[has]] = HOST
     return Graph(n, pred, edge, node_t, ops, binding, blocking, awaited)
+
+
+def _infer_waits(trace: Trace, g: np.ndarray, known_t: np.ndarray, wait_src: np.ndarray) -> None:
+    """Cross-stream waits the trace did not record, inferred in place into ``wait_src``.
+
+    An op that started long after both its stream predecessor and its launch, within
+    ``QUEUE_AS_LAUNCH_NS`` of an op on another stream of its device ending, waited on that op
+    (DDP's compute stream waiting for the NCCL stream's all-reduce, without cuda_sync rows).
+    """
+    start, end = trace.start_ns, trace.end_ns
+    delayed = np.flatnonzero((wait_src < 0) & (start[g] - known_t > QUEUE_AS_LAUNCH_NS))
+    if delayed.size == 0:
+        return
+    dev = trace.device_of_event()
+    for d in np.unique(dev[g[delayed]]).tolist():
+        mine = delayed[dev[g[delayed]] == d]
+        ops = g[dev[g] == d]
+        ops = ops[np.argsort(end[ops], kind="stable")]
+        k = np.searchsorted(end[ops], start[g[mine]], "right") - 1
+        cand = ops[np.maximum(k, 0)]
+        ok = (
+            (k >= 0)
+            & (trace.lane[cand] != trace.lane[g[mine]])
+            & (end[cand] > known_t[mine])
+            & (start[g[mine]] - end[cand] <= QUEUE_AS_LAUNCH_NS)
+        )
+        wait_src[mine[ok]] = cand[ok]
 
 
 def _blocking_calls(

@@ -26,6 +26,7 @@ from gaplens.loaders.nsys_cuda import (
     read_memcpy,
     read_memset,
     read_osrt,
+    read_overhead,
     read_sync,
 )
 from gaplens.loaders.nsys_files import resolve, sqlite_uri
@@ -37,7 +38,7 @@ Progress = Callable[[str, float], None]
 
 # Tables that only an nsys export has; one of them must be present.
 _NSYS_TABLES = ("StringIds", RUNTIME, KERNEL, NVTX, "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "ThreadNames")
-_HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT)
+_HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT, LaneKind.OVERHEAD)
 
 
 def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
@@ -84,6 +85,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "graphs": read_graphs(ctx, got),
         "sync": read_sync(ctx, got),
         "OS runtime": read_osrt(ctx),
+        "profiler overhead": read_overhead(ctx),
     }
     _run_readers(reader, readers, got, progress)
     nvtx, nvtx_threads = read_nvtx(ctx)

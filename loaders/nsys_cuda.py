@@ -28,6 +28,7 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"  # event records: which stream, which call
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 OSRT = "OSRT_API"
+OVERHEAD = "PROFILER_OVERHEAD"
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET, GRAPH)
 BACKTRACE_CLASS = 67  # 2022.x: a second copy of every API call carrying its backtrace
 NO_STREAM = 4294967295  # sentinel for "not applicable" in sync rows
@@ -397,6 +398,22 @@ def read_osrt(ctx: Context) -> PartReader:
     pid, tid = split_tid(cols["tid"])
     name = ctx.names.map_ids(cols["name"], ctx.string, "OS runtime call")
     return Part.make(LaneKind.OSRT, pid, tid, cols["start"], cols["end"], name, Kind.OSRT)
+
+
+def read_overhead(ctx: Context) -> PartReader:
+    """The profiler's own work (CUPTI buffer flushes, initialisation): a lane of its own per thread."""
+    if not ctx.schema.has(OVERHEAD):
+        return None
+    exprs = {
+        "start": '"start"',
+        "end": '"end"',
+        "tid": _ifnull0(ctx, OVERHEAD, "globalTid"),
+        "name": ctx.schema.col(OVERHEAD, "nameId"),
+    }
+    cols = yield OVERHEAD, exprs, ""
+    pid, tid = split_tid(cols["tid"])
+    name = ctx.names.map_ids(cols["name"], ctx.string, "profiler overhead")
+    return Part.make(LaneKind.OVERHEAD, pid, tid, cols["start"], cols["end"], name, Kind.OVERHEAD)
 
 
 def _key(scope: np.ndarray, corr: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from gaplens.tui.raster import SELECTED
 from gaplens.tui.timeline import Timeline
 from gaplens.tui.viewmodel import build_model
 from gaplens.tui.viewport import Viewport
-from tests.conftest import PUBLIC, _cached, loaded, sample
+from tests.conftest import loaded, sample
 from tests.test_tui_pilot import drive, ready
 
 
@@ -112,20 +112,26 @@ def test_header_keeps_the_busy_share_on_a_narrow_terminal():
 
 
 def test_g_and_c_explain_when_no_blank_region_is_on_the_critical_path():
-    """cuda_graph_launches has 7,075 idle spans, none on the critical path; "No blank regions (yet)" was wrong."""
-    path = PUBLIC / "hta" / "cuda_graph_launches.json.gz"
-    if not path.exists():
-        pytest.skip("public samples not available")
-    app = make_app(_cached(str(path)))
+    """A capture without its host side: no gap is on the path. "No blank regions (yet)" was wrong;
+    g says none is on the path, and c still shows the largest one, saying it is off the path."""
+    from gaplens.loaders.events import EventColumns
+    from gaplens.loaders.model import Device, Kind, LaneKind, Meta
+
+    cols = EventColumns()
+    for k, (s, e) in enumerate([(0, 100), (300, 400), (450, 900)]):
+        cols.add((LaneKind.STREAM, 0, 7), s, e, f"k{k}", Kind.KERNEL, k)
+    app = make_app(cols.finish(Meta("nsys", path="gpu_only.sqlite", devices=[Device(0, "GPU 0")]), None))
 
     async def main() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
             tl = await ready(app, pilot)
-            assert len(app.model.readings.gaps) and not app.model.readings.marked().size
-            await pilot.press("g", "c")
-            shown = [n.message for n in app._notifications]
-            assert len(shown) == 2 and all("None of the 7,075 blank regions" in m for m in shown)
-            assert tl.selection is None
+            assert len(app.model.readings.gaps) == 2 and not app.model.readings.marked().size
+            await pilot.press("g")
+            assert "None of the 2 blank regions is on the critical path" in list(app._notifications)[-1].message
+            await pilot.press("c")
+            assert tl.selection is not None and tl.selection.gap is not None
+            assert (tl.selection.gap.start_ns, tl.selection.gap.end_ns) == (100, 300)
+            assert "this is the largest blank region (unknown)" in list(app._notifications)[-1].message
 
     asyncio.run(main())
 

@@ -10,7 +10,9 @@ from rich.text import Text
 from textual.widgets import Static
 
 from gaplens.analysis.gaps import Gap
+from gaplens.analysis.phases import phase_busy_pct
 from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.analysis.words import CAUSE_WORDS
 from gaplens.loaders.model import Kind, clean_name
 from gaplens.tui.navigate import Selection
 from gaplens.tui.viewmodel import TimelineModel
@@ -40,13 +42,15 @@ def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str
         return _describe_gap(model, sel.gap)
     if sel.phase is not None:
         p = sel.phase
-        busy = model.busy_share(p.start_ns, p.end_ns)
-        return [
+        rows = [
             ("phase", clean_name(p.name)),
             ("GPU span", _span(p.start_ns, p.end_ns)),
             ("host span", _span(p.host_start_ns, p.host_end_ns)),
-            ("GPU busy", f"{100 * busy:.1f}%"),
+            ("GPU busy", f"{phase_busy_pct(model.trace, p):.1f}% (compute)" if p.event >= 0 else "–"),
         ]
+        if p.pid >= 0 and len({q.pid for q in model.readings.phases}) > 1:
+            rows.append(("process", f"{p.pid} {clean_name(model.trace.meta.processes.get(p.pid, ''))}".rstrip()))
+        return rows
     t = model.trace
     i = sel.event
     kind = Kind(int(t.kind[i]))
@@ -78,27 +82,28 @@ def describe(model: TimelineModel, sel: Selection | None) -> list[tuple[str, str
 
 def _describe_gap(model: TimelineModel, g: Gap) -> list[tuple[str, str]]:
     t = model.trace
-    largest = model.readings.largest
-    biggest = " · the largest on the critical path" if model.readings.analysed else " · the largest"
-    title = "blank region" + (biggest if largest is not None and g == largest else "")
+    readings = model.readings
+    title = "blank region"
+    if readings.largest is not None and g == readings.largest:
+        title += " · the largest on the critical path" if g.on_critical_path else " · the largest"
     lines = [
         ("GPU idle", title),
         ("time", _span(g.start_ns, g.end_ns)),
         ("device", f"GPU {g.device}"),
     ]
-    if model.readings.analysed:
-        lines.append(("critical path", "yes: the device waited for the host" if g.on_critical_path else "no"))
-        lines.append(("cause", g.cause))
-        if g.shares:
-            ranked = sorted(g.shares.items(), key=lambda kv: -kv[1])
-            lines.append(("shares", "  ".join(f"{k} {100 * v:.0f}%" for k, v in ranked)))
-        if g.evidence:
-            names = [f"{t.name(e)} ({fmt_ns(int(t.end_ns[e] - t.start_ns[e]))})" for e in g.evidence[:4]]
-            lines.append(("evidence", "; ".join(names)))
-        if g.message:
-            lines.append(("note", clean_name(g.message)))
-    else:
-        lines.append(("cause", "not analysed in this build (critical-path analysis unavailable)"))
+    if not readings.analysed:
+        return [*lines, ("cause", "still analysing…")]
+    path = {"comm": "yes: the device waited in a collective on the path", "idle": "no: nothing was asked"}
+    on = path.get(g.cause, "yes: the device waited for the host")
+    lines.append(("critical path", on if g.on_critical_path or g.cause == "idle" else "no"))
+    lines.append(("cause", f"{g.cause}: {CAUSE_WORDS[g.cause]}"))
+    if g.shares:
+        lines.append(("shares", g.shares_text))
+    if g.evidence:
+        names = [f"{t.name(e)} ({fmt_ns(int(t.end_ns[e] - t.start_ns[e]))})" for e in g.evidence[:4]]
+        lines.append(("evidence", "; ".join(names)))
+    if g.message:
+        lines.append(("note", clean_name(g.message)))
     return lines
 
 

@@ -227,11 +227,8 @@ class TimelineActions(_Host):
         if not self.model.busy:
             return "No GPU activity in this trace, so no blank regions between GPU ops"
         if r.analysed and len(r.gaps):
-            # Idle spans exist but none waited on the host: say so rather than "no blank regions".
-            return (
-                f"None of the {len(r.gaps):,} blank regions is on the critical path: the device "
-                "waited on something the trace does not record (`gaplens gaps` lists them)"
-            )
+            # Blank regions exist but none waited on the host: say so rather than "no blank regions".
+            return f"None of the {len(r.gaps):,} blank regions is on the critical path (`gaplens gaps` lists them)"
         return "No blank regions in this trace" if r.analysed else "No blank regions (still analysing?)"
 
     def action_largest_gap(self) -> None:
@@ -240,6 +237,10 @@ class TimelineActions(_Host):
             self.notify(self._no_gap_message(), severity="warning")
             return
         self.select_gap(g, frame=True)
+        if not g.on_critical_path:
+            self.notify(
+                f"{self._no_gap_message()}; this is the largest blank region ({g.cause})", severity="information"
+            )
 
     # ---- flows ----------------------------------------------------------------
     def action_flow(self) -> None:

@@ -24,7 +24,8 @@ from textual.screen import Screen
 
 from gaplens.analysis.notes import Notes, NotesStore, atomic_write, find_event, note_for_event, state_dir
 from gaplens.analysis.phases import Phase
-from gaplens.analysis.protocol import Walkthrough, protocol_markdown
+from gaplens.analysis.protocol import Walkthrough
+from gaplens.analysis.report import report_markdown
 from gaplens.analysis.units import fmt_ns
 from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
@@ -144,15 +145,13 @@ class ProtocolApp(App[int]):
         await self.screen.mount(ProtocolPanel(id="protocol"))
         if self.walkthrough is None:
             self.notify("Reading the trace for the walkthrough…", timeout=3)
-            readings = self.model.readings
-            gap = (readings.largest, readings.analysed) if readings.gaps else None
-            self._compute_walkthrough(self.model.trace, self.notes, gap)
+            self._compute_walkthrough(self.model.trace, self.notes)
         else:
             self._go(self.protocol_step or self._first_open_step())
 
     @work(thread=True, exclusive=True, group="protocol")
-    def _compute_walkthrough(self, trace, notes: Notes | None, gap) -> None:
-        walk = Walkthrough(trace, notes, gap=gap)
+    def _compute_walkthrough(self, trace, notes: Notes | None) -> None:
+        walk = Walkthrough(trace, notes)
         walk.steps()  # every step now, so paging through them never waits
         self.post_message(WalkthroughReady(walk))
 
@@ -427,15 +426,9 @@ class ProtocolApp(App[int]):
         self.notify(f"Exported {md_path} and {svg}", timeout=10)
 
     def reading_markdown(self) -> str:
-        """The report with the user's words; the six steps of the walkthrough when no report module exists."""
+        """The report with the user's words: the same steps the panel shows, with the report's tables."""
         assert self.model is not None, "no trace loaded yet"
-        trace = self.model.trace
-        try:
-            from gaplens.analysis.report import report_markdown
-        except ImportError:
-            walk = self.walkthrough or Walkthrough(trace, self.notes)
-            return protocol_markdown(walk, self.notes)
-        return report_markdown(trace, notes=self.notes)
+        return report_markdown(self.model.trace, notes=self.notes, walk=self.walkthrough)
 
     # ---- the command palette ---------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
