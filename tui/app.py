@@ -246,7 +246,7 @@ class GaplensApp(ProtocolApp):
             lo, hi = tl.bounds()
             tl.set_viewport(Viewport.fit(lo, hi, tl.cols))
 
-        self.push_screen(PhaseScreen(phases), done)
+        self.push_screen(PhaseScreen(phases, self.model.trace.meta.processes), done)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The palette lists every action of the viewer, with its keys."""

@@ -27,7 +27,7 @@ KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("G", "prev_gap", "Previous blank region", False),
     ("c", "largest_gap", "Largest blank region on the critical path", True),
     ("o", "flow", "Follow the flow: launch ↔ GPU op", True),
-    ("space", "toggle_row", "Collapse / expand the row's group", False),
+    ("space", "toggle_row", "Collapse / expand the row's group; on a +N row, every level of the stack", False),
     ("slash", "app.search", "Search by name", True),
     ("n", "next_match", "Next match", False),
     ("N", "prev_match", "Previous match", False),

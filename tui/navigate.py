@@ -14,7 +14,7 @@ import numpy as np
 from gaplens.analysis.gaps import Gap
 from gaplens.analysis.phases import Phase
 from gaplens.loaders.model import Kind, clean_name
-from gaplens.tui.lanetree import Row, RowKind, group_of
+from gaplens.tui.lanetree import DEPTH_CAP, Row, RowKind, group_of
 from gaplens.tui.viewport import Viewport
 
 if TYPE_CHECKING:
@@ -55,6 +55,7 @@ class TimelineActions(_Host):
     row_cursor: int
     matches: np.ndarray
     match_order: np.ndarray
+    expanded: set[str]
     _gap_floor: float | None = None
 
     if TYPE_CHECKING:  # what ``Timeline`` provides; the signatures are checked against its definitions
@@ -65,7 +66,7 @@ class TimelineActions(_Host):
         def select(self, sel: Selection | None) -> None: ...
         def current_row(self) -> Row | None: ...
         def set_row_cursor(self, i: int) -> None: ...
-        def toggle(self, node: str) -> None: ...
+        def toggle(self, node: str, expand: bool = False) -> None: ...
         def reveal_lane(self, lane: int, depth: int) -> None: ...
         def _changed(self, viewport: bool = True) -> None: ...
 
@@ -112,7 +113,12 @@ class TimelineActions(_Host):
 
     def action_toggle_row(self) -> None:
         row = self.current_row()
-        if row is not None:
+        if row is None:
+            return
+        deeper = row.kind == RowKind.EVENTS and (row.more or (row.node in self.expanded and row.depth >= DEPTH_CAP))
+        if deeper:  # the "+N" row: draw (or hide again) the rest of the stack
+            self.toggle(row.node, expand=True)
+        else:
             self.toggle(group_of(row, self.model.trace))
 
     # ---- selection ------------------------------------------------------------

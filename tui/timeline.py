@@ -84,6 +84,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.mono = mono
         self.collapsed: set[str] = set()
         self.deep: dict[int, int] = {}  # lane → deeper level its "+N" row shows (the selection's)
+        self.expanded: set[str] = set()  # lanes drawing every level of their stack
         self.rows: list[Row] = self._visible()
         self.row_cursor = 0
         # The first view is the analysis window (first to last GPU activity); 0 shows everything.
@@ -283,11 +284,13 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         elif i >= top + height:
             self.scroll_to(y=i - height + 1, animate=False)
 
-    def toggle(self, node: str) -> None:
-        if node in self.collapsed:
-            self.collapsed.discard(node)
+    def toggle(self, node: str, expand: bool = False) -> None:
+        """Fold or unfold a group; ``expand`` shows or hides a lane's levels beyond the drawn sub-rows."""
+        toggled = self.expanded if expand else self.collapsed
+        if node in toggled:
+            toggled.discard(node)
         else:
-            self.collapsed.add(node)
+            toggled.add(node)
         current = self.current_row()
         self.rows = self._visible()
         # Stay on the same row if it is still drawn, else on the header of what was folded.
@@ -297,7 +300,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self._changed(viewport=False)
 
     def _visible(self) -> list[Row]:
-        return visible_rows(self.model.tree, self.collapsed, self.deep)
+        return visible_rows(self.model.tree, self.collapsed, self.deep, self.expanded)
 
     def reveal_lane(self, lane: int, depth: int) -> None:
         """Expand whatever hides (lane, depth) and put the row cursor on it.
