@@ -285,7 +285,7 @@ class TimelineActions(_Host):
         self._step_match(-1)
 
     def _step_match(self, direction: int) -> None:
-        order = getattr(self, "match_order", np.empty(0, np.int64))
+        order = self.match_order
         if order.size == 0:
             self.notify("No search matches (press / to search)", severity="information")
             return

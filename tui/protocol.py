@@ -31,6 +31,7 @@ from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
 if TYPE_CHECKING:
+    from gaplens.tui.app import ModelReady
     from gaplens.tui.timeline import Timeline
     from gaplens.tui.viewmodel import TimelineModel
 
@@ -78,13 +79,13 @@ class ProtocolApp(App[int]):
     _base_phases: list[Phase] | None = None
 
     # ---- notes follow the trace ------------------------------------------------
-    def on_model_ready(self, msg) -> None:
+    def on_model_ready(self, msg: ModelReady) -> None:
         model = self.model
         if model is None:  # the app's own handler, which runs first, has set it
             return
         if self.notes is None:
             self._open_notes(model)
-        if getattr(msg, "final", True):
+        if msg.final:
             first = self._base_phases is None
             self._base_phases = list(model.readings.phases)
             self._apply_phases()
@@ -220,7 +221,7 @@ class ProtocolApp(App[int]):
         if self.model is None:
             return
         tl = self.timeline
-        if len(getattr(tl, "matches", ())):
+        if tl.matches.size:
             tl.matches = np.empty(0, np.int64)
             tl.match_order = np.empty(0, np.int64)
             tl.refresh()

@@ -48,8 +48,9 @@ class TimelineModel:
 
     @property
     def device_label(self) -> str:
-        names = sorted({clean_name(d.name) for d in self.trace.meta.devices if d.name})
-        return ", ".join(names) or "no GPU"
+        devices = self.trace.meta.devices
+        names = sorted({clean_name(d.name) for d in devices if d.name})
+        return ", ".join(names) or (f"{len(devices)} GPU" if devices else "no GPU")
 
     def header(self, phase: Phase | None = None) -> str:
         return " · ".join(text for _, text in self.header_parts(phase))
