@@ -386,34 +386,28 @@ def _event_records(
 
 
 def read_osrt(ctx: Context) -> PartReader:
-    if not ctx.schema.has(OSRT):
-        return None
-    exprs = {
-        "start": '"start"',
-        "end": '"end"',
-        "tid": _ifnull0(ctx, OSRT, "globalTid"),
-        "name": ctx.schema.col(OSRT, "nameId"),
-    }
-    cols = yield OSRT, exprs, ""
-    pid, tid = split_tid(cols["tid"])
-    name = ctx.names.map_ids(cols["name"], ctx.string, "OS runtime call")
-    return Part.make(LaneKind.OSRT, pid, tid, cols["start"], cols["end"], name, Kind.OSRT)
+    return _thread_rows(ctx, OSRT, LaneKind.OSRT, Kind.OSRT, "OS runtime call")
 
 
 def read_overhead(ctx: Context) -> PartReader:
     """The profiler's own work (CUPTI buffer flushes, initialisation): a lane of its own per thread."""
-    if not ctx.schema.has(OVERHEAD):
+    return _thread_rows(ctx, OVERHEAD, LaneKind.OVERHEAD, Kind.OVERHEAD, "profiler overhead")
+
+
+def _thread_rows(ctx: Context, table: str, lane: LaneKind, kind: Kind, unnamed: str) -> PartReader:
+    """A table of named (start, end, globalTid) rows: one lane of ``lane`` kind per thread."""
+    if not ctx.schema.has(table):
         return None
     exprs = {
         "start": '"start"',
         "end": '"end"',
-        "tid": _ifnull0(ctx, OVERHEAD, "globalTid"),
-        "name": ctx.schema.col(OVERHEAD, "nameId"),
+        "tid": _ifnull0(ctx, table, "globalTid"),
+        "name": ctx.schema.col(table, "nameId"),
     }
-    cols = yield OVERHEAD, exprs, ""
+    cols = yield table, exprs, ""
     pid, tid = split_tid(cols["tid"])
-    name = ctx.names.map_ids(cols["name"], ctx.string, "profiler overhead")
-    return Part.make(LaneKind.OVERHEAD, pid, tid, cols["start"], cols["end"], name, Kind.OVERHEAD)
+    name = ctx.names.map_ids(cols["name"], ctx.string, unnamed)
+    return Part.make(lane, pid, tid, cols["start"], cols["end"], name, kind)
 
 
 def _key(scope: np.ndarray, corr: np.ndarray) -> np.ndarray:

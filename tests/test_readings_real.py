@@ -27,6 +27,7 @@ from gaplens.analysis.words import COMM_LEVER, KERNEL_LEVER, LEVERS, WARMUP_LEVE
 from gaplens.loaders import load
 from gaplens.loaders.model import GPU_WORK_KINDS
 from tests.conftest import ROOT, loaded
+from tests.test_analysis_public import python_idle
 
 DATA = ROOT / "tests" / "data"
 RANKS = [f"{run}_rank{r}" for run in ("ddp_even", "ddp_straggler", "ddp_allreduce_straggler") for r in (0, 1)]
@@ -49,16 +50,11 @@ def meta(name: str) -> dict:
 
 
 def union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Plain sweep, independent of gaplens."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
+    """A plain sweep, independent of gaplens: the window of the intervals minus their idle time."""
+    if not intervals:
+        return 0
+    window = (min(s for s, _ in intervals), max(e for _, e in intervals))
+    return window[1] - window[0] - python_idle(intervals, window)
 
 
 # ---- 1. the profiler's own flush is no finding ---------------------------------------------------
