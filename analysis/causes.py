@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans
-from gaplens.analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
+from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
 from gaplens.analysis.memo import per_trace
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
@@ -40,7 +40,7 @@ QUEUED_HINT = (
 
 @dataclass
 class ThreadTime:
-    """Covered time of one host thread at each class level (LAUNCH, COPY, SYNC and above)."""
+    """Covered time of one host thread at each ``Call`` level (launch, copy, sync and above)."""
 
     pid: int
     tid: int
@@ -50,11 +50,11 @@ class ThreadTime:
         """(k, 4) time in sync, copy, launch, host for each interval [s, e)."""
         s = np.asarray(s, np.int64)
         e = np.asarray(e, np.int64)
-        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (LAUNCH, COPY, SYNC)}
-        sync = at[SYNC]
-        copy = at[COPY] - at[SYNC]
-        launch = at[LAUNCH] - at[COPY]
-        host = (e - s) - at[LAUNCH]
+        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (Call.LAUNCH, Call.COPY, Call.SYNC)}
+        sync = at[Call.SYNC]
+        copy = at[Call.COPY] - at[Call.SYNC]
+        launch = at[Call.LAUNCH] - at[Call.COPY]
+        host = (e - s) - at[Call.LAUNCH]
         return np.stack((sync, copy, launch, host), axis=1).clip(min=0)
 
 
@@ -82,7 +82,7 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         is_op = trace.kind[ops] == int(Kind.CPU_OP)
         o_s, o_e = trace.start_ns[ops][is_op], trace.end_ns[ops][is_op]
         levels = {}
-        for lv in (LAUNCH, COPY, SYNC):
+        for lv in (Call.LAUNCH, Call.COPY, Call.SYNC):
             m = a_c >= lv
             starts = np.sort(a_s[m])
             # A CPU op takes the strongest class of the calls it makes.
@@ -177,7 +177,7 @@ def evidence(trace: Trace, start_ns: int, end_ns: int, nxt: int, limit: int = 8)
                 continue
             ov = np.minimum(trace.end_ns[idx], end_ns) - np.maximum(trace.start_ns[idx], start_ns)
             if ln.kind == LaneKind.CUDA_API:
-                keep = cls[idx] >= COPY
+                keep = cls[idx] >= Call.COPY
                 scored += [(int(o) * 4, int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
             elif ln.kind == LaneKind.CPU_OPS and int(trace.row_depth[row]) == 0:
                 scored += [(int(o), int(i)) for i, o in zip(idx, ov, strict=True)]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, gpu_work
-from gaplens.analysis.critical_path import LAUNCH, STREAM, WAIT, graph
+from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.memory import trace_phases
 from gaplens.analysis.phases import Phase
 from gaplens.loaders.model import Trace
@@ -46,8 +46,8 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans |
     has = a >= 0
     lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
     b = gr.binding[sel]
-    launch_bound = float(np.mean(b == LAUNCH))
-    device_bound = float(np.mean(np.isin(b, (STREAM, WAIT))))
+    launch_bound = float(np.mean(b == Edge.LAUNCH))
+    device_bound = float(np.mean(np.isin(b, (Edge.STREAM, Edge.WAIT))))
     row["launch_bound_pct"] = round(100.0 * launch_bound, 1)
     row["device_bound_pct"] = round(100.0 * device_bound, 1)
     row["lag_ns"] = (
