@@ -17,7 +17,8 @@ from gaplens.tui.timeline import Timeline
 from gaplens.tui.viewmodel import build_model
 from gaplens.tui.viewport import Viewport
 from tests.conftest import PUBLIC, _cached, loaded, sample
-from tests.test_tui_pilot import drive, ready
+from tests.pilot import readings_ready
+from tests.test_tui_pilot import drive
 
 
 def test_a_selected_event_nested_below_the_cap_gets_a_row_with_the_selection_marked():
@@ -72,7 +73,7 @@ def test_load_warnings_are_shown_not_swallowed(tmp_path):
 
     async def main() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
-            tl = await ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             assert tl is not None and app.model.trace.meta.warnings
             shown = [n.message for n in app._notifications]
             assert any("truncated" in m for m in shown)
@@ -120,7 +121,7 @@ def test_g_and_c_explain_when_no_blank_region_is_on_the_critical_path():
 
     async def main() -> None:
         async with app.run_test(size=(80, 24)) as pilot:
-            tl = await ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             assert len(app.model.readings.gaps) and not app.model.readings.marked().size
             await pilot.press("g", "c")
             shown = [n.message for n in app._notifications]
@@ -346,7 +347,7 @@ def test_header_says_analysing_until_the_readings_arrive(monkeypatch):
             await pilot.press("c")
             assert any("Still analysing" in n.message for n in app._notifications)
             release.set()
-            await ready(app, pilot)
+            await readings_ready(app, pilot)
             assert "analysing" not in str(app.query_one("#header").render())
 
     asyncio.run(main())
