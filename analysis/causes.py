@@ -44,7 +44,7 @@ class ThreadTime:
 
     pid: int
     tid: int
-    levels: dict[int, BusySpans]
+    levels: dict[Call, BusySpans]
 
     def split(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         """(k, 4) time in sync, copy, launch, host for each interval [s, e)."""
