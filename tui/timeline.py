@@ -2,7 +2,9 @@
 
 Rows scroll vertically; time is the Viewport, not a scroll offset. Any change to
 what is drawn bumps ``generation``, which keys the strip cache, so one increment
-invalidates every cached line.
+invalidates every cached line. A move of the row cursor or of the selection changes
+only a few rows: those are dropped from the cache and repainted alone (``refresh_lines``),
+like toolong does, instead of a new generation.
 """
 
 from __future__ import annotations
@@ -163,21 +165,30 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         key = (self.generation, i, width)
         strip = self._cache.get(key)
         if strip is None:
-            # A miss means a new frame: draw every visible row in one pass, like a page of prefetch.
+            # A miss: draw every visible row the cache lacks in one pass (a whole frame after a new
+            # generation, like a page of prefetch; one or two rows after a cursor move).
             self._render_window(self.scroll_offset.y, self.scrollable_content_region.height)
             strip = self._cache.get(key) or self.render_row(i)
         return strip
 
     def _render_window(self, top: int, height: int) -> None:
-        visible = range(max(top, 0), min(top + height, len(self.rows)))
+        gen, width = self.generation, self._width
+        rows = range(max(top, 0), min(top + height, len(self.rows)))
+        visible = [i for i in rows if (gen, i, width) not in self._cache]
         events = [i for i in visible if self.rows[i].kind == RowKind.EVENTS]
         m = self.model
         datas = [m.events_data(self.rows[i].trace_row) for i in events]
         rasters = raster_rows(datas, m.columns, self._edges, self.mono)
         ready = dict(zip(events, rasters, strict=True))
-        width = self._width
         for i in visible:
-            self._cache[(self.generation, i, width)] = self.render_row(i, ready.get(i))
+            self._cache[(gen, i, width)] = self.render_row(i, ready.get(i))
+
+    def repaint_rows(self, rows: set[int]) -> None:
+        """Redraw only these rows: their strips leave the cache and their lines alone are refreshed."""
+        for i in rows:
+            if 0 <= i < len(self.rows):
+                self._cache.discard((self.generation, i, self._width))
+                self.refresh_lines(i)
 
     def render_row(self, i: int, raster: Raster | None = None) -> Strip:
         """One row: gutter label plus bars; O(cols × log n), no per-event loop."""
@@ -264,9 +275,11 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         return self.rows[self.row_cursor] if self.rows else None
 
     def set_row_cursor(self, i: int) -> None:
+        old = self.row_cursor
         self.row_cursor = max(0, min(i, len(self.rows) - 1))
         self.scroll_to_region_row(self.row_cursor)
-        self._changed(viewport=False)
+        # Only the two gutters change; a scroll re-composes the lines from the cache.
+        self.repaint_rows({old, self.row_cursor})
 
     # home/end come from ScrollableContainer and only scrolled, leaving the row cursor off screen.
     def action_scroll_home(self) -> None:
@@ -306,19 +319,34 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         """
         self.deep = {lane: depth} if depth > 0 else {}
         self.collapsed -= set(ancestors(self.model.trace.lanes[lane]))
-        self.rows = self._visible()
+        rows = self._visible()
+        if rows != self.rows:  # rows moved: every cached line may now belong to another row
+            self.rows = rows
+            self._changed(viewport=False)
         rows = [(k, r) for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.lane == lane]
         if rows:
             self.set_row_cursor(next((k for k, r in rows if r.depth == depth), rows[0][0]))
 
     def select(self, sel: Selection | None) -> None:
-        self.selection = sel
+        old, self.selection = self.selection, sel
         # The "+N" row goes back to its own level once the deep event is no longer selected.
         if self.deep and (sel is None or sel.event < 0 or self.deep != self._deep_of(sel.event)):
             self.deep = {}
             self.rows = self._visible()
-        self._changed(viewport=False)
+            self._changed(viewport=False)
+        else:
+            self.repaint_rows(self._selection_rows(old) | self._selection_rows(sel))
         self.post_message(SelectionChanged(sel))
+
+    def _selection_rows(self, sel: Selection | None) -> set[int]:
+        """Drawn rows that show ``sel``'s overlay (the rows a selection change repaints)."""
+        if sel is None:
+            return set()
+        m = self.model
+        if sel.event >= 0:
+            trace_row = int(np.searchsorted(m.trace.row_offsets, sel.event, "right")) - 1
+            return {k for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.trace_row == trace_row}
+        return {k for k, r in enumerate(self.rows) if self._selection_row(r, sel, None)}
 
     def _deep_of(self, i: int) -> dict[int, int]:
         t = self.model.trace
