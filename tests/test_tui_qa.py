@@ -81,8 +81,11 @@ def test_load_warnings_are_shown_not_swallowed(tmp_path):
     asyncio.run(main())
 
 
-def test_details_lines_are_cut_not_wrapped_at_80_columns():
-    """A long kernel name in the evidence must not wrap and push later lines out of the panel."""
+@pytest.mark.parametrize("rows", [24, 40])
+def test_details_lines_are_cut_not_wrapped_at_80_columns(rows):
+    """A long kernel name in the evidence must not wrap and push later lines out of the panel.
+    At 24 rows the panel is compact (4 lines at most), so the rows that explain the gap stay on screen."""
+    from gaplens.tui.details import COMPACT_LINES
 
     async def body(app, pilot, tl):
         await pilot.press("c")
@@ -90,11 +93,13 @@ def test_details_lines_are_cut_not_wrapped_at_80_columns():
         d = app.query_one("#details")
         box = Region(0, 0, d.outer_size.width, d.outer_size.height)
         lines = [s.text for s in d.render_lines(box)][1:]  # the rows under the border
-        labels = [label for label, _ in describe(app.model, tl.selection)]
-        assert len(labels) >= 7 and len(lines) == len(labels)
+        compact = rows < 32
+        labels = [label for label, _ in describe(app.model, tl.selection, compact)]
+        assert len(lines) == len(labels)
+        assert len(labels) <= COMPACT_LINES if compact else len(labels) >= 7
         assert [line.split()[0] for line in lines] == [label.split()[0] for label in labels]
 
-    drive("decode_eager.json.gz", body, size=(80, 24))
+    drive("decode_eager.json.gz", body, size=(80, rows))
 
 
 def test_header_keeps_the_busy_share_on_a_narrow_terminal():
@@ -209,12 +214,13 @@ def test_help_explains_the_deep_row_marker_and_the_mouse():
 
 
 def test_help_and_quit_are_visible_in_the_footer_at_80_columns():
-    """The footer is cut at 80 columns; "? help" and "q quit" came last and were cut off."""
+    """The footer is cut at 80 columns; "? help" and "q quit" came last and were cut off, and then
+    `o`, `/` and `p` were cut after `c`: the keys that explain a blank region now come before zoom."""
     from textual.widgets._footer import FooterKey
 
     async def body(app, pilot, tl):
         shown = {k.action: k.region for k in app.query(FooterKey)}
-        for action in ("app.help", "app.quit", "zoom_in", "fit"):
+        for action in ("app.help", "app.quit", "app.search", "largest_gap", "next_gap", "flow", "app.phase"):
             assert shown[action].width and shown[action].right <= 80 - len("^p palette"), action
 
     drive("smells.json.gz", body, size=(80, 24))

@@ -25,12 +25,14 @@ from textual.strip import Strip
 
 from gaplens.loaders.model import LaneKind
 from gaplens.tui import keys
+from gaplens.tui.jumps import TimelineJumps
 from gaplens.tui.lanetree import Row, RowKind, ancestors, gutter_label, visible_rows
 from gaplens.tui.navigate import Selection, TimelineActions
 from gaplens.tui.raster import (
     BASE_MASK,
     CURSOR,
     LABEL,
+    MARKER,
     MATCH,
     REV,
     SELECTED,
@@ -48,7 +50,19 @@ from gaplens.tui.raster import (
 from gaplens.tui.viewmodel import TimelineModel
 from gaplens.tui.viewport import Viewport
 
-_OVERLAYS = ((MATCH, "timeline--match"), (SELECTED, "timeline--selected"), (CURSOR, "timeline--cursor"))
+_OVERLAYS = (
+    (MATCH, "timeline--match"),
+    (SELECTED, "timeline--selected"),
+    (MARKER, "timeline--marker"),
+    (CURSOR, "timeline--cursor"),
+)
+# Without colour (NO_COLOR) an overlay is a text attribute: backgrounds would vanish.
+_MONO_OVERLAYS = {
+    MATCH: RichStyle(bold=True),
+    SELECTED: RichStyle(underline=True),
+    MARKER: RichStyle(reverse=True),
+    CURSOR: RichStyle(reverse=True),
+}
 _GUTTER, _GUTTER_CURSOR = -1, -2
 _GUTTER_CLASSES = {_GUTTER: "timeline--gutter", _GUTTER_CURSOR: "timeline--gutter-cursor"}
 _NO_GAPS = RowData.of_spans(np.empty(0, np.int64), np.empty(0, np.int64), 0)
@@ -64,7 +78,7 @@ class SelectionChanged(Message):
     selection: Selection | None
 
 
-class Timeline(TimelineActions, ScrollView, can_focus=True):
+class Timeline(TimelineJumps, TimelineActions, ScrollView, can_focus=True):
     """Lane-tree gutter on the left, bars on the right, one drawn row per line."""
 
     BINDINGS: ClassVar[list[BindingType]] = keys.bindings()
@@ -74,6 +88,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         "timeline--gutter-cursor",
         "timeline--match",
         "timeline--selected",
+        "timeline--marker",
         "timeline--cursor",
     }
     DEFAULT_CSS = """
@@ -95,6 +110,9 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         self.matches = np.empty(0, np.int64)
         self.phase = None  # the phase the view is filtered to
         self.match_order = np.empty(0, np.int64)
+        self.search_text = ""
+        self.markers: dict[str, float] = {}  # "a"/"b" -> time (ns)
+        self.explaining: list[int] = []  # rows that explain the selected blank region (kept in view)
         self.generation = 0
         self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
         self._styles: dict[int, RichStyle] = {}
@@ -128,8 +146,9 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             self.viewport = Viewport.fit(*self.model.window, cols=self.cols, extent=self.model.extent)
         else:
             self.viewport = self.viewport.with_cols(self.cols)
-        # Fewer lines (the details panel opened, the terminal shrank) must not hide the cursor's row.
-        self.call_after_refresh(self.scroll_to_region_row, self.row_cursor)
+        # Fewer lines (the details panel opened, the terminal shrank) must not hide the cursor's row,
+        # nor, after a jump to a blank region, the rows that explain it.
+        self.call_after_refresh(self.frame_rows)
         self._changed()
 
     def _changed(self, viewport: bool = True) -> None:
@@ -228,6 +247,9 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         sel = self.selection
         if sel is not None and self._selection_row(row, sel, data):
             mark_span(r, edges, sel.t0_ns, sel.t1_ns, SELECTED)
+        for mcol in self.marker_cols():
+            if 0 <= mcol < cols:
+                r.style[mcol] |= MARKER
         col = self.viewport.col_of(self.cursor_ns)
         if 0 <= col < cols:
             r.style[col] |= CURSOR
@@ -245,17 +267,37 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
             return data is not None and data.base >= 0 and data.base <= sel.event < data.base + len(data)
         if sel.gap is not None:
             return row.kind == RowKind.BUSY and row.device == sel.gap.device
+        if sel.finding is not None:
+            return row.kind == RowKind.BUSY and row.device == sel.finding.device
         if sel.phase is not None:
             return row.kind == RowKind.PHASES and self.model.phase_depth(sel.phase) == row.depth
         return False
 
     def _component(self, name: str) -> RichStyle:
-        return self.get_component_rich_style(name, partial=True)
+        """A component class's colours resolved against this widget's background, and its text style.
+
+        The partial style keeps theme colours with alpha (``$foreground 35%``) and ``auto`` text
+        unresolved: white on every theme. The full style resolves them; the partial one says
+        which of them the rule actually sets.
+        """
+        full = self.get_component_rich_style(name)
+        part = self.get_component_rich_style(name, partial=True)
+        return RichStyle(
+            color=full.color if part.color is not None else None,
+            bgcolor=full.bgcolor if part.bgcolor is not None else None,
+            bold=part.bold,
+            underline=part.underline,
+            italic=part.italic,
+            reverse=part.reverse,
+        )
 
     def _style(self, sid: int) -> RichStyle:
         style = self._styles.get(sid)
         if style is None and sid < 0:
-            style = self._styles[sid] = self._component(_GUTTER_CLASSES[sid])
+            if self.mono:  # NO_COLOR: the row cursor is reversed, not tinted
+                style = self._styles[sid] = RichStyle(reverse=sid == _GUTTER_CURSOR)
+            else:
+                style = self._styles[sid] = self._component(_GUTTER_CLASSES[sid])
         if style is None:
             style = self._component(STYLE_CLASSES[sid & BASE_MASK])
             if sid & (REV | LABEL):
@@ -266,7 +308,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
                     style = RichStyle(reverse=True)
             for flag, name in _OVERLAYS:
                 if sid & flag:
-                    style = style + self._component(name)
+                    style = style + (_MONO_OVERLAYS[flag] if self.mono else self._component(name))
             self._styles[sid] = style
         return style
 
@@ -275,6 +317,7 @@ class Timeline(TimelineActions, ScrollView, can_focus=True):
         return self.rows[self.row_cursor] if self.rows else None
 
     def set_row_cursor(self, i: int) -> None:
+        self.explaining = []
         old = self.row_cursor
         self.row_cursor = max(0, min(i, len(self.rows) - 1))
         self.scroll_to_region_row(self.row_cursor)
