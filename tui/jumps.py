@@ -103,9 +103,10 @@ class TimelineJumps(_Host):
         a, b = self.markers.get("a"), self.markers.get("b")
         if a is not None and b is not None:
             return f"A→B {fmt_ns(b - a)}"
-        if a is not None or b is not None:
-            name, t = ("A", a) if a is not None else ("B", b)
-            return f"{name} at {fmt_ns(t)}"
+        if a is not None:
+            return f"A at {fmt_ns(a)}"
+        if b is not None:
+            return f"B at {fmt_ns(b)}"
         return ""
 
     def marker_cols(self) -> list[int]:

@@ -362,9 +362,9 @@ class Timeline(TimelineJumps, TimelineActions, ScrollView, can_focus=True):
         """
         self.deep = {lane: depth} if depth > 0 else {}
         self.collapsed -= set(ancestors(self.model.trace.lanes[lane]))
-        rows = self._visible()
-        if rows != self.rows:  # rows moved: every cached line may now belong to another row
-            self.rows = rows
+        drawn = self._visible()
+        if drawn != self.rows:  # rows moved: every cached line may now belong to another row
+            self.rows = drawn
             self._changed(viewport=False)
         rows = [(k, r) for k, r in enumerate(self.rows) if r.kind == RowKind.EVENTS and r.lane == lane]
         if rows:
