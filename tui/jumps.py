@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import LaneKind
 from gaplens.tui.lanetree import RowKind
 from gaplens.tui.navigate import Selection
 
@@ -138,7 +139,15 @@ class TimelineJumps(_Host):
         if low - top >= height:
             device = self.rows[cursor].device
             after = enumerate(self.rows[cursor + 1 :], cursor + 1)
-            stream = next((k for k, r in after if r.kind == RowKind.EVENTS and r.device == device), None)
+            lanes = self.model.trace.lanes
+            stream = next(
+                (
+                    k
+                    for k, r in after
+                    if r.kind == RowKind.EVENTS and r.device == device and lanes[r.lane].kind == LaneKind.STREAM
+                ),
+                None,
+            )
             low = max(rows)
             if stream is not None and low - min(stream, *rows) < height:
                 top = min(stream, *rows)

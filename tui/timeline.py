@@ -18,6 +18,7 @@ from rich.style import Style as RichStyle
 from textual import events
 from textual.binding import BindingType
 from textual.cache import LRUCache
+from textual.color import Color
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -295,21 +296,27 @@ class Timeline(TimelineJumps, TimelineActions, ScrollView, can_focus=True):
         style = self._styles.get(sid)
         if style is None and sid < 0:
             if self.mono:  # NO_COLOR: the row cursor is reversed, not tinted
-                style = self._styles[sid] = RichStyle(reverse=sid == _GUTTER_CURSOR)
+                gutter = RichStyle(reverse=sid == _GUTTER_CURSOR)
             else:
-                style = self._styles[sid] = self._component(_GUTTER_CLASSES[sid])
+                gutter = self._component(_GUTTER_CLASSES[sid])
+            style = self._styles[sid] = self.rich_style + gutter
         if style is None:
             style = self._component(STYLE_CLASSES[sid & BASE_MASK])
             if sid & (REV | LABEL):
                 # Fill the cell with the bar colour; the glyph or the name is the gap colour.
                 bg = self.rich_style.bgcolor
-                style = RichStyle(color=bg, bgcolor=style.color, bold=bool(sid & LABEL) and not self.mono)
+                fg = bg
+                if sid & LABEL and style.color is not None and style.color.triplet is not None:
+                    # A name inside a bar: black or white, whichever reads on the bar's colour.
+                    fg = Color.from_rich_color(style.color).get_contrast_text(1.0).rich_color
+                style = RichStyle(color=fg, bgcolor=style.color, bold=bool(sid & LABEL) and not self.mono)
                 if self.mono or bg is None:
                     style = RichStyle(reverse=True)
             for flag, name in _OVERLAYS:
                 if sid & flag:
                     style = style + (_MONO_OVERLAYS[flag] if self.mono else self._component(name))
-            self._styles[sid] = style
+            # On the widget's own colours: a cell without a background would show the terminal's.
+            style = self._styles[sid] = self.rich_style + style
         return style
 
     # ---- helpers used by actions ---------------------------------------------
