@@ -12,7 +12,18 @@ As a library (``gaplens.api``)::
 Importing gaplens loads neither pandas nor the viewer (Textual).
 """
 
-from gaplens.api import (
+import os as _os
+
+# Python started in a checkout (the repository root first on sys.path) finds this folder before the
+# installed package, and it holds only the package's own modules: look for the layers beside it, as
+# the build backend maps them (``loaders/`` → ``gaplens.loaders`` and so on). Installed, they are inside.
+_here = _os.path.dirname(_os.path.abspath(__file__))
+if not _os.path.isdir(_os.path.join(_here, "loaders")) and _os.path.isfile(
+    _os.path.join(_here, _os.pardir, "loaders", "model.py")
+):
+    __path__.append(_os.path.dirname(_here))
+
+from gaplens.api import (  # noqa: E402  (after the path above)
     Trace,
     TraceError,
     api_summary,
