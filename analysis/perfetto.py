@@ -29,6 +29,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from gaplens.loaders.model import Kind, LaneKind, Trace
 from gaplens.loaders.syncs import parse_wait
@@ -72,16 +74,18 @@ def chrome_trace(trace: Trace) -> bytes:
         "deviceProperties": [{**d.properties, "id": d.id, "name": d.name} for d in trace.meta.devices],
     }
     head = orjson.dumps(top, option=orjson.OPT_SERIALIZE_NUMPY)
-    events = b",\n".join(orjson.dumps(e) for e in chrome_events(trace))
+    events = ",\n".join(chrome_lines(trace)).encode()
     return head[:-1] + b',"traceEvents":[\n' + events + b"\n]}\n"
 
 
-def chrome_events(trace: Trace) -> Iterator[dict]:
-    """Metadata, the trace's own events, launch flows, then the gaplens tracks."""
-    yield from _metadata(trace)
-    yield from _trace_events(trace)
-    yield from _flows(trace)
-    yield from gaplens_tracks(trace, gaplens_pid(trace))
+def chrome_lines(trace: Trace) -> Iterator[str]:
+    """One JSON object per line: metadata, the trace's own events, launch flows, then the gaplens tracks."""
+    for ev in _metadata(trace):
+        yield orjson.dumps(ev).decode()
+    yield from _trace_lines(trace)
+    yield from _flow_lines(trace)
+    for ev in gaplens_tracks(trace, gaplens_pid(trace)):
+        yield orjson.dumps(ev).decode()
 
 
 def gaplens_pid(trace: Trace) -> int:
@@ -115,47 +119,86 @@ def _m(what: str, pid: int, tid: int, **args) -> dict:
     return {"ph": "M", "name": what, "pid": int(pid), "tid": int(tid), "args": args}
 
 
-def _trace_events(trace: Trace) -> Iterator[dict]:
+def _trace_lines(trace: Trace) -> list[str]:
+    """The trace's events as JSON lines, built column-wise by Arrow's string kernels (no per-event Python).
+
+    Every optional ``args`` member is a fragment that starts with a comma or is empty; fragments
+    are concatenated without nulls (``binary_join_element_wise`` with ``skip`` drops all-null rows
+    in pyarrow 26), then the leading comma goes.
+    """
     n = len(trace)
     if n == 0:
-        return
+        return []
     lane_pid, lane_tid = _place(trace)
-    pid = lane_pid[trace.lane].tolist()
-    tid = lane_tid[trace.lane].tolist()
-    ts = _us(trace.start_ns)
-    dur = _us(trace.end_ns - trace.start_ns)
+    lane = trace.lane
     corr = _correlations(trace)
-    is_gpu_lane = np.asarray([ln.is_gpu for ln in trace.lanes], bool)[trace.lane]
-    device = np.asarray([ln.device for ln in trace.lanes], np.int64)[trace.lane].tolist()
-    stream = np.asarray([ln.stream for ln in trace.lanes], np.int64)[trace.lane].tolist()
-    sync_args = _sync_args(trace, corr)
-    detail_args = _detail_args(trace)
-    cats = [CATEGORY.get(k, "cpu_op") for k in sorted(Kind)]
-    names, kinds, nbytes = trace.names, trace.kind.tolist(), trace.bytes.tolist()
-    name_id, corr_l, gpu_l = trace.name_id.tolist(), corr.tolist(), is_gpu_lane.tolist()
-    for i in range(n):  # one dict per event: the JSON writer needs them anyway
-        k = kinds[i]
-        ev: dict = {"ph": "X", "cat": cats[k], "name": names[name_id[i]], "pid": pid[i], "tid": tid[i]}
-        ev["ts"], ev["dur"] = ts[i], dur[i]
-        args: dict = {}
-        if corr_l[i] >= 0:
-            args["correlation"] = corr_l[i]
-        if gpu_l[i]:
-            args["device"] = device[i]
-            if stream[i] >= 0:
-                args["stream"] = stream[i]
-        if nbytes[i]:
-            args["bytes"] = nbytes[i]
-        if k == Kind.SYNC:
-            args.update(sync_args.get(i, {}))
-        else:
-            args.update(detail_args.get(int(trace.detail_id[i]), {}))
-        if k == Kind.MARK:
-            ev["ph"], ev["s"] = "i", "t"
-            del ev["dur"]
-        if args:
-            ev["args"] = args
-        yield ev
+    gpu = np.asarray([ln.is_gpu for ln in trace.lanes], bool)[lane]
+    device = np.asarray([ln.device for ln in trace.lanes], np.int64)[lane]
+    stream = np.asarray([ln.stream for ln in trace.lanes], np.int64)[lane]
+    kind = trace.kind.astype(np.int64)
+
+    def text(values: np.ndarray) -> pa.Array:
+        return pc.cast(pa.array(values), pa.string())
+
+    def member(key: str, values: np.ndarray, present: np.ndarray) -> pa.Array:
+        return pc.if_else(pa.array(present), pc.binary_join_element_wise(f',"{key}":', text(values), ""), "")
+
+    # Fragments encoded once per distinct name, kind and detail, then gathered per event.
+    names = pa.array([orjson.dumps(name).decode() for name in trace.names], pa.string())
+    heads = [f'{{"ph":"X","cat":"{CATEGORY.get(k, "cpu_op")}","name":' for k in sorted(Kind)]
+    heads[Kind.MARK] = f'{{"ph":"i","s":"t","cat":"{CATEGORY[Kind.MARK]}","name":'
+    detail = _detail_args(trace)
+    details = pa.array(
+        ["," + orjson.dumps(detail[d]).decode()[1:-1] if d in detail else "" for d in range(len(trace.details))]
+    )
+    extra = pc.take(details, pa.array(trace.detail_id))
+    syncs = _sync_args(trace, corr)
+    if syncs:
+        rows = np.fromiter(syncs, np.int64, len(syncs))
+        texts = ["," + orjson.dumps(syncs[i]).decode()[1:-1] for i in rows.tolist()]
+        full = np.asarray(extra.to_pylist(), dtype=object)
+        full[kind == int(Kind.SYNC)] = ""
+        full[rows] = texts
+        extra = pa.array(full.tolist(), pa.string())
+    args = pc.binary_join_element_wise(
+        member("correlation", corr, corr >= 0),
+        member("device", device, gpu),
+        member("stream", stream, gpu & (stream >= 0)),
+        member("bytes", trace.bytes, trace.bytes != 0),
+        extra,
+        "",
+    )
+    has_args = pc.greater(pc.utf8_length(args), 0)
+    tail = pc.if_else(
+        has_args, pc.binary_join_element_wise(',"args":{', pc.utf8_slice_codeunits(args, 1), "}}", ""), "}"
+    )
+    ts = _us_text(trace.start_ns)
+    when = pc.if_else(
+        pa.array(kind == int(Kind.MARK)),
+        pc.binary_join_element_wise('"ts":', ts, ""),
+        pc.binary_join_element_wise('"ts":', ts, ',"dur":', _us_text(trace.end_ns - trace.start_ns), ""),
+    )
+    lines = pc.binary_join_element_wise(
+        pc.take(pa.array(heads), pa.array(kind)),
+        pc.take(names, pa.array(trace.name_id)),
+        ',"pid":',
+        text(lane_pid[lane]),
+        ',"tid":',
+        text(lane_tid[lane]),
+        ",",
+        when,
+        tail,
+        "",
+    )
+    return lines.to_pylist()
+
+
+def _us_text(ns: np.ndarray) -> pa.Array:
+    """Non-negative ns as exact µs decimals with three places: 12345678 → ``12345.678``."""
+    ns = np.asarray(ns, dtype=np.int64)
+    whole = pc.cast(pa.array(ns // 1000), pa.string())
+    frac = pc.utf8_lpad(pc.cast(pa.array(ns % 1000), pa.string()), width=3, padding="0")
+    return pc.binary_join_element_wise(whole, ".", frac, "")
 
 
 def _correlations(trace: Trace) -> np.ndarray:
@@ -200,16 +243,19 @@ def _sync_args(trace: Trace, corr: np.ndarray) -> dict[int, dict]:
     if rows.size == 0:
         return {}
     pid_of_lane = np.asarray([ln.pid for ln in trace.lanes], np.int64)
-    api = np.flatnonzero(trace.kind == int(Kind.CUDA_API))
-    first: dict[tuple[int, int], int] = {}  # (pid, source correlation) -> the earliest call with it
-    for i, p, c in zip(api.tolist(), pid_of_lane[trace.lane[api]].tolist(), trace.corr[api].tolist(), strict=True):
-        j = first.get((p, c))
-        if j is None or trace.start_ns[i] < trace.start_ns[j]:
-            first[(p, c)] = i
+    waits = {int(d): parse_wait(trace.details[int(d)]) for d in np.unique(trace.detail_id[rows]).tolist()}
+    asked = [w.record_corr for w in waits.values() if w.record_corr >= 0]
+    api = np.flatnonzero((trace.kind == int(Kind.CUDA_API)) & np.isin(trace.corr, asked))
+    api = api[np.argsort(trace.start_ns[api], kind="stable")[::-1]]  # the earliest call with an id wins
+    first = dict(
+        zip(
+            zip(pid_of_lane[trace.lane[api]].tolist(), trace.corr[api].tolist(), strict=True), api.tolist(), strict=True
+        )
+    )
     out: dict[int, dict] = {}
     for i in rows.tolist():
         detail = trace.details[int(trace.detail_id[i])]
-        wait = parse_wait(detail)
+        wait = waits[int(trace.detail_id[i])]
         args: dict = {"cuda_sync_kind": detail.split("  ")[0]}
         if wait.stream >= 0:
             args["stream"] = wait.stream
@@ -225,29 +271,29 @@ def _sync_args(trace: Trace, corr: np.ndarray) -> dict[int, dict]:
     return out
 
 
-def _flows(trace: Trace) -> Iterator[dict]:
-    """Launch call → GPU op arrows (Kineto's ``ac2g`` flow pairs)."""
+def _flow_lines(trace: Trace) -> list[str]:
+    """Launch call → GPU op arrows (Kineto's ``ac2g`` flow pairs): every start, then every end."""
     src, dst = trace.flows
     if src.size == 0:
-        return
+        return []
     lane_pid, lane_tid = _place(trace)
-    for s, d in zip(src.tolist(), dst.tolist(), strict=True):
-        common = {"cat": "ac2g", "name": "ac2g", "id": s + 1}
-        yield {
-            **common,
-            "ph": "s",
-            "pid": int(lane_pid[trace.lane[s]]),
-            "tid": int(lane_tid[trace.lane[s]]),
-            "ts": float(trace.start_ns[s]) / 1000,
-        }
-        yield {
-            **common,
-            "ph": "f",
-            "bp": "e",
-            "pid": int(lane_pid[trace.lane[d]]),
-            "tid": int(lane_tid[trace.lane[d]]),
-            "ts": float(trace.start_ns[d]) / 1000,
-        }
+    ids = pc.cast(pa.array(src + 1), pa.string())
+
+    def ends(events: np.ndarray, phase: str) -> list[str]:
+        return pc.binary_join_element_wise(
+            '{"cat":"ac2g","name":"ac2g","id":',
+            ids,
+            f',"ph":{phase},"pid":',
+            pc.cast(pa.array(lane_pid[trace.lane[events]]), pa.string()),
+            ',"tid":',
+            pc.cast(pa.array(lane_tid[trace.lane[events]]), pa.string()),
+            ',"ts":',
+            _us_text(trace.start_ns[events]),
+            "}",
+            "",
+        ).to_pylist()
+
+    return ends(src, '"s"') + ends(dst, '"f","bp":"e"')
 
 
 # ---- gaplens's own tracks -----------------------------------------------------------
@@ -267,19 +313,26 @@ def gaplens_tracks(trace: Trace, pid: int) -> Iterator[dict]:
 
     cols = gap_columns(trace)
     largest = cols.largest_on_path()
+    causes = [CAUSE_NAMES[c] for c in cols.cause.tolist()]
+    on_path, message = cols.on_path.tolist(), cols.message
+    starts, ends = cols.start_ns.tolist(), cols.end_ns.tolist()
+    shares = np.round(cols.shares, 4).tolist()  # per gap, in CLASS_ORDER; rounded once, vectorised
+    keys = [f"share_{c}" for c in CLASS_ORDER]
     for dev in sorted({int(d) for d in cols.device.tolist()}):
         t = next(tids)
         yield _m("thread_name", pid, t, name=f"blank regions GPU {dev}")
         for k in np.flatnonzero(cols.device == dev).tolist():
-            cause = CAUSE_NAMES[int(cols.cause[k])]
-            on = bool(cols.on_path[k])
+            cause, on = causes[k], on_path[k]
             label = f"blank: {cause}" + (" · critical path" if on else "") + (" · LARGEST" if k == largest else "")
-            args = {"cause": cause, "on_critical_path": on, "dur_ns": int(cols.end_ns[k] - cols.start_ns[k])}
-            shares = zip(CLASS_ORDER, cols.shares[k].tolist(), strict=True)
-            args.update({f"share_{c}": round(float(v), 4) for c, v in shares})
-            if cols.message[k]:
-                args["message"] = cols.message[k]
-            yield _slice(pid, t, int(cols.start_ns[k]), int(cols.end_ns[k]), label, args)
+            args = {
+                "cause": cause,
+                "on_critical_path": on,
+                "dur_ns": ends[k] - starts[k],
+                **dict(zip(keys, shares[k], strict=True)),
+            }
+            if message[k]:
+                args["message"] = message[k]
+            yield _slice(pid, t, starts[k], ends[k], label, args)
 
     found = smells(trace)
     for kind in dict.fromkeys(f.kind for f in found):
