@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, overhead_spans
-from gaplens.analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
+from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
 from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.gaps import CAUSES, Gap
 from gaplens.analysis.memo import per_trace
@@ -52,21 +52,21 @@ COMM_HINT = (
 
 @dataclass
 class ThreadTime:
-    """Covered time of one host thread at each class level (LAUNCH, COPY, SYNC and above)."""
+    """Covered time of one host thread at each class level (Call.LAUNCH, Call.COPY, Call.SYNC and above)."""
 
     pid: int
     tid: int
-    levels: dict[int, BusySpans]
+    levels: dict[Call, BusySpans]
 
     def split(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         """(k, 4) time in sync, copy, launch, host for each interval [s, e)."""
         s = np.asarray(s, np.int64)
         e = np.asarray(e, np.int64)
-        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (LAUNCH, COPY, SYNC)}
-        sync = at[SYNC]
-        copy = at[COPY] - at[SYNC]
-        launch = at[LAUNCH] - at[COPY]
-        host = (e - s) - at[LAUNCH]
+        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (Call.LAUNCH, Call.COPY, Call.SYNC)}
+        sync = at[Call.SYNC]
+        copy = at[Call.COPY] - at[Call.SYNC]
+        launch = at[Call.LAUNCH] - at[Call.COPY]
+        host = (e - s) - at[Call.LAUNCH]
         return np.stack((sync, copy, launch, host), axis=1).clip(min=0)
 
 
@@ -94,13 +94,13 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         is_op = trace.kind[ops] == int(Kind.CPU_OP)
         o_s, o_e = trace.start_ns[ops][is_op], trace.end_ns[ops][is_op]
         levels = {}
-        for lv in (LAUNCH, COPY, SYNC):
+        for lv in (Call.LAUNCH, Call.COPY, Call.SYNC):
             m = a_c >= lv
             starts = np.sort(a_s[m])
             # A CPU op takes the strongest class of the calls it makes; for launches only while
             # it is short enough to be dispatch overhead.
             inside = np.searchsorted(starts, o_e, "right") - np.searchsorted(starts, o_s, "left") > 0
-            if lv == LAUNCH:
+            if lv == Call.LAUNCH:
                 inside &= (o_e - o_s) <= DISPATCH_MAX_NS
             levels[lv] = BusySpans(np.concatenate((a_s[m], o_s[inside])), np.concatenate((a_e[m], o_e[inside])))
         out[key] = ThreadTime(key[0], key[1], levels)
@@ -241,7 +241,7 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
                 continue
             ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
             if ln.kind == LaneKind.CUDA_API:
-                keep = cls[idx] >= COPY
+                keep = cls[idx] >= Call.COPY
                 calls += [(int(o), int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
             elif ln.kind == LaneKind.CPU_OPS:
                 depth = int(trace.row_depth[row])

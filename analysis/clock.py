@@ -63,7 +63,7 @@ def clock_check(trace: Trace) -> ClockCheck | None:
     # An op whose start nothing on the device explains (the critical-path graph binds it to its
     # launch, or it follows an idle stretch of its stream and waited on no other stream) starts
     # within microseconds of its call returning; milliseconds on most such ops is an offset.
-    from gaplens.analysis.critical_path import LAUNCH, WAIT, graph
+    from gaplens.analysis.critical_path import Edge, graph
 
     binding = graph(trace).binding[ops]
     lane = trace.lane[ops]
@@ -74,8 +74,8 @@ def clock_check(trace: Trace) -> ClockCheck | None:
     prev_end = np.full(ops.size, np.iinfo(np.int64).min)
     prev_end[order[1:]] = np.where(same[1:], reach[:-1], np.iinfo(np.int64).min)
     single = np.bincount(a, minlength=len(trace))[a] == 1  # graph launches queue many ops at once
-    after_idle = (start - prev_end > IDLE_BEFORE_NS) & (binding != WAIT) & single
-    cand = (binding == LAUNCH) | after_idle
+    after_idle = (start - prev_end > IDLE_BEFORE_NS) & (binding != Edge.WAIT) & single
+    cand = (binding == Edge.LAUNCH) | after_idle
     lag = start - trace.end_ns[a]
     late = cand & (lag > IMPLAUSIBLE_LAG_NS)
     if cand.sum() >= MIN_OPS and late.sum() > MOST * cand.sum():

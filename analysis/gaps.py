@@ -51,9 +51,13 @@ class Gap:
 
     @property
     def shares_text(self) -> str:
-        """``host 92%, launch 6%``: the shares of at least half a percent, largest first."""
-        ranked = sorted(self.shares.items(), key=lambda kv: -kv[1])
-        return ", ".join(f"{c} {100 * v:.0f}%" for c, v in ranked if v >= 0.005)
+        return shares_text(self.shares)
+
+
+def shares_text(shares: dict[str, float]) -> str:
+    """``host 92%, launch 6%``: the shares of at least half a percent, largest first."""
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{c} {100 * v:.0f}%" for c, v in ranked if v >= 0.005)
 
 
 @dataclass
@@ -76,7 +80,8 @@ class GapColumns:
     def __len__(self) -> int:
         return int(self.start_ns.size)
 
-    def _shares(self, k: int) -> dict[str, float]:
+    def shares_of(self, k: int) -> dict[str, float]:
+        """Gap ``k``'s non-zero shares by cause."""
         return {c: v for c, v in zip(CAUSES, self.shares[k].tolist(), strict=True) if v > 0}
 
     def gap(self, trace: Trace, k: int, with_evidence: bool = True) -> Gap:
@@ -89,7 +94,7 @@ class GapColumns:
             int(self.end_ns[k]),
             bool(self.on_path[k]),
             CAUSES[int(self.cause[k])],
-            self._shares(k),
+            self.shares_of(k),
             [],
             self.message[k],
         )

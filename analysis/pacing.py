@@ -22,7 +22,7 @@ import numpy as np
 
 from gaplens.analysis.busy import device_splits, gpu_work
 from gaplens.analysis.comm import comm_mask
-from gaplens.analysis.critical_path import LAUNCH, STREAM, WAIT, graph
+from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Trace
 
@@ -60,8 +60,8 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     has = a >= 0
     lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
     b = gr.binding[sel]
-    launch_bound = float(np.mean(b == LAUNCH))
-    device_bound = float(np.mean(np.isin(b, (STREAM, WAIT))))
+    launch_bound = float(np.mean(b == Edge.LAUNCH))
+    device_bound = float(np.mean(np.isin(b, (Edge.STREAM, Edge.WAIT))))
     row["launch_bound_pct"] = round(100.0 * launch_bound, 1)
     row["device_bound_pct"] = round(100.0 * device_bound, 1)
     row["lag_ns"] = (

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
-from gaplens.analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
+from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import Gap, analyse_gaps
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps
@@ -235,7 +235,7 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
         a0 = np.maximum(a, 0)
         dur = trace.end_ns[ops] - trace.start_ns[ops]
         call = trace.end_ns[a0] - trace.start_ns[a0]
-        flag = (a >= 0) & (gr.binding[ops] == LAUNCH) & (dur < call)
+        flag = (a >= 0) & (gr.binding[ops] == Edge.LAUNCH) & (dur < call)
         pos = np.flatnonzero(flag)
         if pos.size < FENCE_MIN_OPS:
             continue
@@ -329,7 +329,7 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     if idx.size == 0:
         return []
     seg_len = path.seg_end_ns - path.seg_start_ns
-    on_dev = np.bincount(path.seg_event[path.seg_kind == SEG_DEVICE], seg_len[path.seg_kind == SEG_DEVICE], len(trace))
+    on_dev = np.bincount(path.seg_event[path.seg_kind == Seg.DEVICE], seg_len[path.seg_kind == Seg.DEVICE], len(trace))
     a = trace.launch[idx]
     # Host-side path time inside the copy call, on the call's own thread: a pageable copy
     # keeps its thread staging chunks, so the path runs through the call, not the op.

@@ -8,6 +8,7 @@ from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.phases import Phase, family, phase_busy_pct, phases
 from gaplens.analysis.regions import active_compute_pct, idle_ns
+from gaplens.analysis.stats import name_stats
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
 
@@ -27,35 +28,8 @@ def totals(trace: Trace, kinds) -> dict:
 
 
 def top_names(trace: Trace, kinds, top: int = 10) -> list[dict]:
-    """Per name: count, total, avg, med, min, max and share of the total (nsys stats shape)."""
-    idx = np.flatnonzero(trace.mask(kinds))
-    if idx.size == 0:
-        return []
-    dur = trace.end_ns[idx] - trace.start_ns[idx]
-    names = trace.name_id[idx]
-    order = np.lexsort((dur, names))
-    names, dur = names[order], dur[order]
-    bounds = np.flatnonzero(np.diff(names)) + 1
-    lo = np.concatenate(([0], bounds))
-    hi = np.concatenate((bounds, [names.size]))
-    sums = np.add.reduceat(dur, lo)
-    grand = int(dur.sum()) or 1
-    rows = []
-    for k in np.argsort(-sums, kind="stable")[:top].tolist():
-        d = dur[lo[k] : hi[k]]
-        rows.append(
-            {
-                "name": trace.names[int(names[lo[k]])],
-                "count": int(d.size),
-                "total_ns": int(sums[k]),
-                "avg_ns": int(d.mean()),
-                "med_ns": int(np.median(d)),
-                "min_ns": int(d[0]),
-                "max_ns": int(d[-1]),
-                "pct": round(100.0 * int(sums[k]) / grand, 2),
-            }
-        )
-    return rows
+    """Per name: count, total, avg, med, min, max and share of the total (``analysis.stats``, nsys stats shape)."""
+    return name_stats(trace, kinds).rows(top)
 
 
 def summary(trace: Trace, top: int = 10) -> dict:

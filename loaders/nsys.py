@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 
 import numpy as np
 
 from gaplens.loaders.events import ordered_lanes
+from gaplens.loaders.files import Progress
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
 from gaplens.loaders.nsys_cuda import (
     GPU_TABLES,
@@ -33,8 +33,6 @@ from gaplens.loaders.nsys_files import resolve, sqlite_uri
 from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
 from gaplens.loaders.nsys_sql import Reader, Schema, read_meta, read_strings
-
-Progress = Callable[[str, float], None]
 
 # Tables that only an nsys export has; one of them must be present.
 _NSYS_TABLES = ("StringIds", RUNTIME, KERNEL, NVTX, "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "ThreadNames")

@@ -10,7 +10,7 @@ from gaplens.loaders import load
 from gaplens.tui.app import make_app
 from gaplens.tui.lanetree import DEPTH_CAP
 from tests.conftest import ROOT
-from tests.test_tui_pilot import ready
+from tests.pilot import readings_ready as ready
 
 DATA = ROOT / "tests" / "data"
 

@@ -71,6 +71,8 @@ class ProtocolApp(App[int]):
         @property
         def timeline(self) -> Timeline: ...
 
+        def show_hint(self, text: str, seconds: float = 10.0) -> None: ...
+
     protocol_step: int = 0  # 0: protocol mode is off
     walkthrough: Walkthrough | None = None
     notes: Notes | None = None
@@ -89,9 +91,9 @@ class ProtocolApp(App[int]):
             first = self._base_phases is None
             self._base_phases = list(model.readings.phases)
             self._apply_phases()
-            # A hint for people, not for headless runs (tests, snapshots).
+            # A hint for people, on its own line (a toast would cover the rows), not for headless runs.
             if first and not self.is_headless and not self.query(ProtocolPanel):
-                self.notify("New to this trace? Press P for the six-step guided reading.", timeout=8)
+                self.show_hint("New to this trace? P walks the six-step guided reading; ? lists every key.")
 
     def _open_notes(self, model: TimelineModel) -> None:
         trace = model.trace
