@@ -116,7 +116,8 @@ def match(readings: list[RankReading], ranks: list[int]) -> Matched:
             if i == ref:
                 continue
             rows, sig = seqs[i][name]
-            k, agree = best_shift(ref_sig, sig)
+            ends = (readings[ref].collectives.end_ns[ref_rows], readings[i].collectives.end_ns[rows])
+            k, agree = best_shift(ref_sig, sig, *ends)
             if agree < 0.5:
                 notes.append(
                     f"rank {ranks[i]}: its collectives in group {name or '(all)'} do not match rank {ranks[ref]}'s"
@@ -166,20 +167,38 @@ def match(readings: list[RankReading], ranks: list[int]) -> Matched:
     )
 
 
-def best_shift(ref: np.ndarray, other: np.ndarray, max_shift: int = MAX_SHIFT) -> tuple[int, float]:
-    """(k, agreement): ``other[i + k]`` pairs with ``ref[i]``; agreement is the share of equal signatures."""
+def best_shift(
+    ref: np.ndarray,
+    other: np.ndarray,
+    ref_end: np.ndarray | None = None,
+    other_end: np.ndarray | None = None,
+    max_shift: int = MAX_SHIFT,
+) -> tuple[int, float]:
+    """(k, agreement): ``other[i + k]`` pairs with ``ref[i]``; agreement is the share of equal signatures.
+
+    A repeating pattern (the same collectives every step) agrees as well one step off. Among the
+    best shifts, the one that makes the collective ends coincide (the ranks share a clock) wins;
+    failing that, the smallest: traces cut at the same step are the common case.
+    """
     if ref.size == other.size and np.array_equal(ref, other):
         return 0, 1.0
-    best = (0, -1.0)
+    scored: list[tuple[int, float]] = []
     limit = min(max_shift, max(ref.size, other.size))
     for k in sorted(range(-limit, limit + 1), key=abs):
         lo, hi = max(0, -k), min(ref.size, other.size - k)
         if hi - lo < max(1, min(ref.size, other.size) // 2):
             continue
-        agree = float(np.mean(ref[lo:hi] == other[lo + k : hi + k]))
-        if agree > best[1]:
-            best = (k, agree)
-    return best
+        scored.append((k, float(np.mean(ref[lo:hi] == other[lo + k : hi + k]))))
+    if not scored:
+        return 0, 0.0
+    top = max(a for _, a in scored)
+    tied = [k for k, a in scored if a == top]
+    if ref_end is not None and other_end is not None and len(tied) > 1:
+        for k in tied:
+            lo, hi = max(0, -k), min(ref.size, other.size - k)
+            if np.median(np.abs(ref_end[lo:hi] - other_end[lo + k : hi + k])) < SHARED_CLOCK_NS:
+                return k, top
+    return tied[0], top
 
 
 def clock_offsets(

@@ -126,21 +126,23 @@ def open_job(
     rank raises (TraceError).
     """
     files = job_files(paths)
-    notes = [f.problem for f in files if f.format is None]
     usable = [f for f in files if f.format is not None]
+    position = [k for k, f in enumerate(files) if f.format is not None]  # usable index -> file position
+    problems = {k: f.problem for k, f in enumerate(files) if f.format is None}
     results: Iterable[TaskResult] = run_dask(usable, dask) if dask else run_local(usable, workers)
     readings: list[RankReading] = []
-    errors: dict[int, str] = {}
     for done, res in enumerate(results, 1):
         if res.error:
-            errors[res.index] = res.error
+            problems[position[res.index]] = res.error
         readings += res.readings
         if progress is not None:
             progress(done, len(usable))
-    notes += [errors[i] for i in sorted(errors)]
+    notes = [problems[k] for k in sorted(problems)]
     notes += [f"{r.source}: {w}" for r in sorted(readings, key=lambda r: r.file_index) for w in r.warnings]
     if not readings:
-        raise TraceError(f"no usable rank in {', '.join(paths)}" + (f" ({notes[0]})" if len(notes) == 1 else ""))
+        for note in notes if warn is not None else []:
+            warn(note)
+        raise TraceError(f"no usable rank in {', '.join(paths)}")
     # Tasks finish in any order; files keep the order they were given in.
     readings.sort(key=lambda r: (r.file_index, r.device, r.pid or 0))
     for r in readings:
