@@ -75,9 +75,13 @@ def run_local(files: list[JobFile], workers: int | None = None) -> Iterator[Task
         return
     n = min(workers or os.cpu_count() or 1, len(todo))
     with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
-        futures = [pool.submit(rank_task, path, i) for path, i in todo]
+        futures = {pool.submit(rank_task, path, i): (path, i) for path, i in todo}
         for fut in as_completed(futures):
-            yield fut.result()
+            try:
+                yield fut.result()
+            except Exception as exc:  # a worker died (out of memory, killed): its ranks are lost, not the job
+                path, i = futures[fut]
+                yield TaskResult(i, path, error=f"{path}: the worker reading it died ({type(exc).__name__})")
 
 
 def run_dask(files: list[JobFile], address: str) -> Iterator[TaskResult]:
@@ -140,8 +144,9 @@ def open_job(
     notes = [problems[k] for k in sorted(problems)]
     notes += [f"{r.source}: {w}" for r in sorted(readings, key=lambda r: r.file_index) for w in r.warnings]
     if not readings:
-        for note in notes if warn is not None else []:
-            warn(note)
+        if warn is not None:
+            for note in notes:
+                warn(note)
         raise TraceError(f"no usable rank in {', '.join(paths)}")
     # Tasks finish in any order; files keep the order they were given in.
     readings.sort(key=lambda r: (r.file_index, r.device, r.pid or 0))

@@ -22,7 +22,7 @@ from gaplens.analysis.phases import Phase
 from gaplens.loaders.model import GPU_WORK_KINDS, Trace
 
 #: Samples of the cumulative compute / comm time over a rank's window, for the overview's bars.
-PROFILE_SAMPLES = 1024
+PROFILE_SAMPLES = 512
 
 
 @dataclass
@@ -129,9 +129,15 @@ def declared_rank(trace: Trace) -> tuple[int | None, int | None]:
     info = trace.meta.extra.get("distributedInfo")
     if not isinstance(info, dict):
         return None, None
-    rank, world = info.get("rank"), info.get("world_size")
-    as_int = lambda v: int(v) if isinstance(v, int | str) and str(v).strip().lstrip("-").isdigit() else None  # noqa: E731
-    return as_int(rank), as_int(world)
+    return _int_or_none(info.get("rank")), _int_or_none(info.get("world_size"))
+
+
+def _int_or_none(value) -> int | None:
+    """An int from a JSON int or numeric string (Kineto's on-demand path quotes numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    text = str(value).strip()
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 def phases_of(trace: Trace, pid: int | None) -> list[Phase]:
