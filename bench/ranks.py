@@ -132,14 +132,22 @@ def run(args) -> None:
             f"in {time.perf_counter() - t:.1f} s; straggler planted at rank {planted}; "
             f"{RANKS_PER_HOST} ranks per host, hosts {HOST_OFFSET_NS / 1e9:.1f} s apart"
         )
-        rows = [
-            (f"{small} ranks, local pool of 1", measure(light[:small], workers=1)),
-            (f"{small} ranks, local pool of 2", measure(light[:small], workers=2)),
+        # The box is shared: each throughput configuration runs twice, interleaved, and keeps its best.
+        configs: list[tuple[str, dict]] = [
+            (f"{small} ranks, local pool of 1", {"workers": 1}),
+            (f"{small} ranks, local pool of 2", {"workers": 2}),
         ]
         if importlib.util.find_spec("distributed") is not None:
-            rows.append((f"{small} ranks, Dask LocalCluster 2", measure(light[:small], dask="local:2")))
+            configs.append((f"{small} ranks, Dask LocalCluster 2", {"dask": "local:2"}))
         else:
             print("  Dask LocalCluster: dask.distributed not installed (pip install 'gaplens[dask]'), skipped")
+        best: dict[str, dict] = {}
+        for _ in range(1 if quick else 2):
+            for label, kw in configs:
+                m = measure(light[:small], **kw)
+                if label not in best or m["wall_s"] < best[label]["wall_s"]:
+                    best[label] = m
+        rows = [(label, best[label]) for label, _ in configs]
         rows.append((f"{small} ranks ×3.3 events, pool 2", measure(full, workers=2)))
         rows.append((f"{big} ranks, local pool of 2", measure(light, workers=2)))
         for label, m in rows:
@@ -150,3 +158,7 @@ def run(args) -> None:
         full_peak = next(m for label, m in rows if "×3.3" in label)["peak_mib"]
         print(f"  coordinator peak, 3.3x the events per rank: {full_peak:.1f} MiB vs {light_peak:.1f} MiB")
         print(f"  clocks aligned on every rank: {all(m['offsets_ok'] for _, m in rows)}")
+        print(
+            "  (the Dask row's coordinator peak includes the LocalCluster's scheduler, which runs in this process; "
+            "best of 2 runs for the 1/2/Dask rows)"
+        )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import pickle
 import shutil
 import sqlite3
 from pathlib import Path
@@ -21,6 +22,7 @@ from gaplens.analysis.align import best_shift
 from gaplens.analysis.job import JobReading
 from gaplens.analysis.jobrun import open_job
 from gaplens.analysis.straggler import STEP_SHARE
+from gaplens.loaders.model import Trace
 from tests.conftest import PUBLIC
 
 DATA = Path(__file__).parent / "data"
@@ -206,6 +208,15 @@ def test_without_distributed_info_ranks_follow_file_order(tmp_path):
     assert any("no distributedInfo rank" in n and "file order" in n for n in job.notes)
     s = job.straggler
     assert s is not None and s.rank == 0 and job.matched.readings[s.row].source == a
+
+
+def test_what_a_worker_sends_back_is_small():
+    """Per rank: tables of ranks × collectives and a coarse profile, never the trace's events."""
+    for row in job_of(*pair("ddp_straggler")).rows:
+        reading = row.reading
+        assert not any(isinstance(v, Trace) for v in vars(reading).values())
+        size = len(pickle.dumps(reading))
+        assert size < 40_000, size  # the trace: 7.3k events, 36 collectives
 
 
 def test_best_shift_pairs_a_sequence_that_starts_later():

@@ -108,8 +108,8 @@ def _straggler_lines(job: JobReading) -> list[str]:
         return ["no straggler: no collective was matched across ranks"]
     step = job.step_ns
     return [
-        f"no straggler: the most waiting one rank imposed is {fmt_ns(c.wait_imposed_per_step_ns)} per step "
-        f"(rank {c.rank}, {100 * c.wait_imposed_per_step_ns / step if step else 0:.0f}% of a step; a straggler "
-        f"imposes at least {100 * STEP_SHARE:.0f}%), and it arrived last in {c.late} of {c.held} collectives that "
-        f"kept another rank waiting (a straggler: at least {100 * LATE_SHARE:.0f}%)"
+        f"no straggler: in a typical step the rank that made the others wait most (rank {c.rank}) imposed "
+        f"{fmt_ns(c.wait_imposed_per_step_ns)} ({100 * c.wait_imposed_per_step_ns / step if step else 0:.0f}% of a "
+        f"step; a straggler imposes at least {100 * STEP_SHARE:.0f}%), and it arrived last in {c.late} of {c.held} "
+        f"collectives that kept another rank waiting (a straggler: at least {100 * LATE_SHARE:.0f}%)"
     ]

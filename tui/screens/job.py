@@ -182,6 +182,7 @@ class JobApp(App[Next]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit_job", "quit"),
+        Binding("question_mark", "help", "help"),
         Binding("enter", "open", "open rank"),
         Binding("up,k", "move(-1)", "Previous row", show=False),
         Binding("down,j", "move(1)", "Next row", show=False),
@@ -261,6 +262,11 @@ class JobApp(App[Next]):
 
     def action_open(self) -> None:
         self.exit(("open", self.overview.row))
+
+    def action_help(self) -> None:
+        from gaplens.tui.screens.help import HelpScreen
+
+        self.push_screen(HelpScreen())
 
     def action_quit_job(self) -> None:
         self.exit(None)
