@@ -154,3 +154,19 @@ def test_rows_follow_the_waiting_imposed():
     imposed = [r.imposed_ns for r in job.rows]
     assert imposed == sorted(imposed, reverse=True)
     assert np.all(np.diff([r.imposed_ns for r in job.rows]) <= 0)
+
+
+def test_overview_without_colour(monkeypatch):
+    """NO_COLOR: the glyphs alone tell compute, communication and waiting apart, and every line renders."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    job = straggler_job()
+
+    async def body() -> None:
+        app = JobApp(job)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            svg = app.export_screenshot()
+            assert "░" in svg and "█" in svg
+            await pilot.press("q")
+
+    asyncio.run(body())

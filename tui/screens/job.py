@@ -145,7 +145,7 @@ class JobOverview(ScrollView, can_focus=True):
         i = self.scroll_offset.y + y
         width = self.scrollable_content_region.width
         if i >= len(self.order):
-            return Strip.blank(width)
+            return Strip.blank(width, self.rich_style)
         row = self.order[i]
         cursor = i == self.cursor
         s = self.job.straggler
@@ -168,7 +168,7 @@ class JobOverview(ScrollView, can_focus=True):
                 c = int(classes[run_start])
                 segs.append(Segment(jobbars.GLYPHS[c] * (k - run_start), styles[c]))
                 run_start = k
-        return Strip(segs, width).crop(0, width)
+        return Strip(segs).crop(0, width).extend_cell_length(width, self.rich_style)
 
 
 class JobApp(App[Next]):
@@ -191,13 +191,12 @@ class JobApp(App[Next]):
         *job_bindings(),
     ]
 
-    def __init__(self, job: JobReading, cursor: int | None = None, mono: bool | None = None) -> None:
+    def __init__(self, job: JobReading, cursor: int | None = None) -> None:
         super().__init__()
         self.job = job
         s = job.straggler
+        # The glyphs tell compute, communication and waiting apart without colour (NO_COLOR).
         self.start_row = cursor if cursor is not None else (s.row if s is not None else job.rows[0].row)
-        if mono if mono is not None else bool(os.environ.get("NO_COLOR")):
-            self.theme = "textual-ansi"
 
     def compose(self) -> ComposeResult:
         job = self.job
