@@ -160,7 +160,11 @@ def run(args) -> None:
         for label, m in rows:
             print(_line(label, m, planted))
         p1, p2 = rows[0][1]["ranks_per_s"], rows[1][1]["ranks_per_s"]
-        print(f"  throughput with 2 workers / 1 worker: {p2 / p1:.2f}x")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        print(
+            f"  throughput with 2 workers / 1 worker: {p2 / p1:.2f}x "
+            f"({os.cpu_count()} cores, load average {load:.1f} at the end: other processes share them)"
+        )
         light_peak = next(m for label, m in rows if label == f"{small} ranks, pool 2, peak")["peak_mib"]
         full_peak = next(m for label, m in rows if "×3.3" in label)["peak_mib"]
         print(f"  coordinator peak, 3.3x the events per rank: {full_peak:.1f} MiB vs {light_peak:.1f} MiB")
