@@ -7,15 +7,24 @@ suffixes such as ``cudaStreamSynchronize_v3020``), so both loaders share it.
 from __future__ import annotations
 
 import re
+from enum import IntEnum
 
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
 from gaplens.loaders.model import Kind, Trace
 
-#: Call classes, ordered so that a larger value wins when calls or ops nest.
-LAUNCH, COPY, SYNC = 1, 2, 3
-CLASS_NAMES = {LAUNCH: "launch", COPY: "copy", SYNC: "sync"}
+
+class Call(IntEnum):
+    """What a CUDA API call does to the host, ordered so that a larger value wins when calls or ops nest.
+
+    ``api_class`` stores these as int8, with 0 for events that are not API calls.
+    """
+
+    LAUNCH = 1
+    COPY = 2
+    SYNC = 3
+
 
 # Blocking: the host cannot return before the device has finished earlier work.
 _SYNC = re.compile(r"Synchronize|cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize", re.IGNORECASE)
@@ -23,17 +32,17 @@ _SYNC = re.compile(r"Synchronize|cuStreamSynchronize|cuCtxSynchronize|cuEventSyn
 _COPY = re.compile(r"memcpy", re.IGNORECASE)
 
 
-def call_class_of_name(name: str) -> int:
+def call_class_of_name(name: str) -> Call:
     if _SYNC.search(name):
-        return SYNC
+        return Call.SYNC
     if _COPY.search(name):
-        return COPY
-    return LAUNCH
+        return Call.COPY
+    return Call.LAUNCH
 
 
 @per_trace
 def api_class(trace: Trace) -> np.ndarray:
-    """Per event: the call class for CUDA API events, 0 for everything else (cached; do not modify)."""
+    """Per event: the ``Call`` class for CUDA API events, 0 for everything else (cached; do not modify)."""
     out = np.zeros(len(trace), dtype=np.int8)
     api = trace.kind == int(Kind.CUDA_API)
     if api.any():

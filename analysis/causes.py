@@ -1,19 +1,22 @@
-"""Why the device waited: split each blank region by what the launching thread was doing.
+"""Why the device waited: split each blank region by what filled it and what the launching thread did.
 
-The thread that launched the next GPU op after a gap is the one the device waited
-for. Every instant of that thread falls in the strongest class that covers it:
+First what the device itself shows: time covered by communication kernels is ``comm`` (the
+device waited on a peer or the network), time covered by the profiler's own overhead rows is
+``profiler``. The rest is split by the thread that launched the next compute op, the one the
+device waited for; every instant of it falls in the strongest class that covers it:
 
     sync    inside a synchronising call (or a CPU op that makes one: ``.item()``)
     copy    inside a copy call (or a CPU op that makes one: ``.to("cuda")``)
-    launch  inside any other CUDA call, or a CPU op that issues GPU work
-    host    anything else: Python, CPU ops with no CUDA calls, untraced time
+    launch  inside a launch call, or a short CPU op that issues one (dispatch overhead)
+    host    anything else: Python, CPU ops with no CUDA calls, slow CPU ops, untraced time
 
     thread  ──py──[aten::mul [cudaLaunchKernel]]──py──[aten::item [memcpy][sync....]]
     class     host  launch                       host  sync (the op inherits its call)
 
-Per class the covered time is a union with prefix sums, so any interval splits in
-O(log n) and all gaps split at once. ``unknown`` is left for gaps whose next op has
-no recorded launch (the trace lacks the CPU side), with what to capture instead.
+A CPU op longer than ``DISPATCH_MAX_NS`` that launches work is host work, not launch overhead:
+a first-call GEMM that spends 2 ms loading its module is a host island, not a picket fence.
+Per class the covered time is a union with prefix sums, so all gaps split at once.
+``unknown`` is left for gaps whose next op has no recorded launch (the trace lacks the host side).
 """
 
 from __future__ import annotations
@@ -22,39 +25,48 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans
-from gaplens.analysis.calls import CAPTURE_HINT, COPY, HOST_UNSEEN_HINT, LAUNCH, SYNC, api_class, has_cpu_side
+from gaplens.analysis.busy import BusySpans, device_splits, overhead_spans
+from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
+from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.gaps import CAUSES, Gap
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.regions import Regions
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
-CLASS_ORDER = ("sync", "copy", "launch", "host")
-CAUSE_NAMES = (*CLASS_ORDER, "unknown")
-UNKNOWN = len(CLASS_ORDER)
+#: A CPU op that issues GPU work and runs longer than this is host work, not dispatch overhead.
+DISPATCH_MAX_NS = 100_000
+THREAD_CLASSES = ("sync", "copy", "launch", "host")
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
 QUEUED_HINT = (
     "the next GPU op was queued before the gap began: the device waited on a dependency the trace "
     "does not record (an event or stream wait, a graph node, another process), not on this thread"
 )
+IDLE_HINT = "nothing was asked of the device here (outside every phase, or no host work in flight)"
+PROFILER_HINT = "the profiler's own work (buffer flushes, initialisation) covers most of this region: an artefact"
+COMM_HINT = (
+    "the device only ran communication here: it waited for a peer or the network "
+    "(compare the ranks: gaplens ranks RANK_TRACES…)"
+)
 
 
 @dataclass
 class ThreadTime:
-    """Covered time of one host thread at each class level (LAUNCH, COPY, SYNC and above)."""
+    """Covered time of one host thread at each class level (Call.LAUNCH, Call.COPY, Call.SYNC and above)."""
 
     pid: int
     tid: int
-    levels: dict[int, BusySpans]
+    levels: dict[Call, BusySpans]
 
     def split(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
         """(k, 4) time in sync, copy, launch, host for each interval [s, e)."""
         s = np.asarray(s, np.int64)
         e = np.asarray(e, np.int64)
-        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (LAUNCH, COPY, SYNC)}
-        sync = at[SYNC]
-        copy = at[COPY] - at[SYNC]
-        launch = at[LAUNCH] - at[COPY]
-        host = (e - s) - at[LAUNCH]
+        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (Call.LAUNCH, Call.COPY, Call.SYNC)}
+        sync = at[Call.SYNC]
+        copy = at[Call.COPY] - at[Call.SYNC]
+        launch = at[Call.LAUNCH] - at[Call.COPY]
+        host = (e - s) - at[Call.LAUNCH]
         return np.stack((sync, copy, launch, host), axis=1).clip(min=0)
 
 
@@ -82,34 +94,43 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         is_op = trace.kind[ops] == int(Kind.CPU_OP)
         o_s, o_e = trace.start_ns[ops][is_op], trace.end_ns[ops][is_op]
         levels = {}
-        for lv in (LAUNCH, COPY, SYNC):
+        for lv in (Call.LAUNCH, Call.COPY, Call.SYNC):
             m = a_c >= lv
             starts = np.sort(a_s[m])
-            # A CPU op takes the strongest class of the calls it makes.
+            # A CPU op takes the strongest class of the calls it makes; for launches only while
+            # it is short enough to be dispatch overhead.
             inside = np.searchsorted(starts, o_e, "right") - np.searchsorted(starts, o_s, "left") > 0
+            if lv == Call.LAUNCH:
+                inside &= (o_e - o_s) <= DISPATCH_MAX_NS
             levels[lv] = BusySpans(np.concatenate((a_s[m], o_s[inside])), np.concatenate((a_e[m], o_e[inside])))
         out[key] = ThreadTime(key[0], key[1], levels)
     return out
 
 
-def next_ops(trace: Trace, device_ops: np.ndarray, gap_end: np.ndarray) -> np.ndarray:
-    """For each gap end, the device op starting first at or after it (-1 if none)."""
-    starts = trace.start_ns[device_ops]
-    order = np.lexsort((trace.end_ns[device_ops], starts))
-    s_sorted = starts[order]
-    k = np.searchsorted(s_sorted, gap_end, "left")
-    ok = k < s_sorted.size
+def next_compute_ops(trace: Trace, devices: np.ndarray, gap_end: np.ndarray) -> np.ndarray:
+    """For each gap end, the compute op of that device starting first at or after it (-1 if none)."""
     out = np.full(gap_end.size, -1, dtype=np.int64)
-    out[ok] = device_ops[order[k[ok]]]
-    # Prefer an op that records its launch when several start together.
+    comm = comm_mask(trace)
+    dev_of = trace.device_of_event()
+    from gaplens.loaders.model import GPU_WORK_KINDS
+
+    work = trace.mask(GPU_WORK_KINDS) & ~comm
+    for dev in np.unique(devices).tolist():
+        ops = np.flatnonzero(work & (dev_of == dev))
+        m = devices == dev
+        starts = trace.start_ns[ops]
+        order = np.lexsort((trace.end_ns[ops], starts))
+        s_sorted = starts[order]
+        k = np.searchsorted(s_sorted, gap_end[m], "left")
+        ok = k < s_sorted.size
+        got = np.full(int(m.sum()), -1, dtype=np.int64)
+        got[ok] = ops[order[k[ok]]]
+        out[m] = got
     return out
 
 
 def split_gaps(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(k, 4) seconds-free split of each gap into sync/copy/launch/host, and the thread lane key index.
-
-    Rows for gaps without a traced launching thread are all zero.
-    """
+    """(k, 4) split of each gap into sync/copy/launch/host time, and whether its launching thread is known."""
     shares = np.zeros((starts.size, 4), dtype=np.int64)
     launch = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
     known = launch >= 0
@@ -127,68 +148,137 @@ def split_gaps(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarr
     return shares, known
 
 
-def classify(
-    trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per gap: cause code (index into ``CAUSE_NAMES``), (k, 4) shares in ``CLASS_ORDER``, message."""
-    split, known = split_gaps(trace, starts, ends, nxt)
+def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message."""
+    starts, ends, devs = reg.start_ns, reg.end_ns, reg.device
+    n = starts.size
     dur = np.maximum(ends - starts, 1).astype(np.float64)
-    frac = np.round(split / dur[:, None], 4)
-    cause = np.where(known, np.argmax(split, axis=1), UNKNOWN).astype(np.int8)
-    messages = [""] * starts.size
+    out = np.zeros((n, len(CAUSES)))
+    col = {c: k for k, c in enumerate(CAUSES)}
+    # What the device shows: communication first, then the profiler's own work.
+    comm_ns = np.zeros(n)
+    either_ns = np.zeros(n)
+    prof = overhead_spans(trace)
+    splits = device_splits(trace)
+    for dev in np.unique(devs).tolist():
+        m = devs == dev
+        comm = splits[dev].comm
+        comm_ns[m] = _busy_between(comm, starts[m], ends[m])
+        both = BusySpans(np.concatenate((comm.start, prof.start)), np.concatenate((comm.end, prof.end)))
+        either_ns[m] = _busy_between(both, starts[m], ends[m])
+    out[:, col["comm"]] = comm_ns / dur
+    out[:, col["profiler"]] = (either_ns - comm_ns) / dur
+    rest = np.clip(1.0 - either_ns / dur, 0.0, 1.0)
+    split, known = split_gaps(trace, starts, ends, nxt)
+    frac = split / dur[:, None]
+    total = np.maximum(frac.sum(axis=1), 1e-12)
+    for k, c in enumerate(THREAD_CLASSES):
+        out[:, col[c]] = np.where(known, rest * frac[:, k] / total, 0.0)
+    out[:, col["unknown"]] = np.where(known, 0.0, rest)
+    out[reg.idle] = 0.0
+    out[reg.idle, col["idle"]] = 1.0
+    out = np.round(out, 4)
+    cause = np.argmax(out, axis=1).astype(np.int8)
+    return cause, out, _messages(trace, reg, nxt, cause, known)
+
+
+def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, known: np.ndarray) -> list[str]:
+    messages = [""] * len(reg)
+    col = {c: k for k, c in enumerate(CAUSES)}
+    for c, hint in (("idle", IDLE_HINT), ("profiler", PROFILER_HINT), ("comm", COMM_HINT)):
+        for i in np.flatnonzero(cause == col[c]).tolist():
+            messages[i] = hint
+    starved = np.isin(cause, [col[c] for c in THREAD_CLASSES])
     # Queued before the gap: the launching thread is not what the device waited for.
     a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
-    queued = known & (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= starts)
+    queued = starved & known & (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= reg.start_ns)
     for i in np.flatnonzero(queued).tolist():
         messages[i] = QUEUED_HINT
     if "cpu_ops" in trace.meta.lacks:
-        for i in np.flatnonzero(known & (cause == CLASS_ORDER.index("host"))).tolist():
+        for i in np.flatnonzero(cause == col["host"]).tolist():
             messages[i] = messages[i] or HOST_UNSEEN_HINT
-    if not known.all():
+    unknown = np.flatnonzero(cause == col["unknown"])
+    if unknown.size:
         cpu = has_cpu_side(trace)
-        for i in np.flatnonzero(~known).tolist():
+        for i in unknown.tolist():
             messages[i] = CAPTURE_HINT if not cpu else (NO_LAUNCH_HINT if nxt[i] >= 0 else NO_NEXT_HINT)
-    return cause, frac, messages
+    return messages
 
 
-def evidence(trace: Trace, start_ns: int, end_ns: int, nxt: int, limit: int = 8) -> list[int]:
-    """Events that explain one gap: the next op's launch, blocking/copy calls, the widest CPU ops, the phase."""
+def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
+    """Events that explain one gap, the most telling first.
+
+    Communication: the collectives running in it. Profiler: its overhead rows. Otherwise: the GPU
+    ops around it, the next op's launch call, the deepest op its thread ran during the gap, the
+    blocking or copy calls it sat in, and the innermost range ("during ``tokenize``").
+    """
+    if g.cause == "comm":
+        return _overlapping(trace, g, comm_mask(trace) & (trace.device_of_event() == g.device), limit)
+    if g.cause == "profiler":
+        return _overlapping(trace, g, trace.kind == int(Kind.OVERHEAD), limit)
     out: list[int] = []
     if nxt < 0:
         return out
-    call = int(trace.launch[nxt])
-    prev = _prev_op(trace, nxt, start_ns)
+    prev = _prev_op(trace, nxt, g.start_ns)
     if prev >= 0:
         out.append(prev)
     out.append(nxt)
-    if call < 0:
+    call = int(trace.launch[nxt])
+    if call < 0 or g.cause == "idle":
         return out
     out.append(call)
     thread = trace.lanes[int(trace.lane[call])]
     cls = api_class(trace)
-    scored: list[tuple[int, int]] = []
+    calls: list[tuple[int, int]] = []
+    ops: list[tuple[int, int, int]] = []  # (depth, overlap, event)
     annotations: list[tuple[int, int]] = []
     for ln in trace.lanes:
         if (ln.pid, ln.tid) != (thread.pid, thread.tid):
             continue
         for row in trace.rows_of(ln.id):
-            idx = trace.window(row, start_ns, end_ns)
+            idx = trace.window(row, g.start_ns, g.end_ns)
             if idx.size == 0:
                 continue
-            ov = np.minimum(trace.end_ns[idx], end_ns) - np.maximum(trace.start_ns[idx], start_ns)
+            ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
             if ln.kind == LaneKind.CUDA_API:
-                keep = cls[idx] >= COPY
-                scored += [(int(o) * 4, int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
-            elif ln.kind == LaneKind.CPU_OPS and int(trace.row_depth[row]) == 0:
-                scored += [(int(o), int(i)) for i, o in zip(idx, ov, strict=True)]
+                keep = cls[idx] >= Call.COPY
+                calls += [(int(o), int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
+            elif ln.kind == LaneKind.CPU_OPS:
+                depth = int(trace.row_depth[row])
+                ops += [(depth, int(o), int(i)) for i, o in zip(idx, ov, strict=True)]
             elif ln.kind == LaneKind.ANNOTATIONS:
-                full = (trace.start_ns[idx] <= start_ns) | (ov >= (end_ns - start_ns) // 2)
+                full = (trace.start_ns[idx] <= g.start_ns) | (ov >= g.dur_ns // 2)
                 annotations += [(int(trace.row_depth[row]), int(i)) for i in idx[full]]
-    scored.sort(reverse=True)
-    out += [i for _, i in scored[: max(limit - len(out) - 1, 0)] if i != call]
+    deepest = deepest_op(ops, g.dur_ns)
+    if deepest >= 0:
+        out.append(deepest)
+    calls.sort(reverse=True)
+    out += [i for _, i in calls[: max(limit - len(out) - 1, 0)] if i != call]
     if annotations:
         out.append(max(annotations)[1])  # the innermost range: "during `tokenize`"
-    return out[:limit]
+    return list(dict.fromkeys(out))[:limit]
+
+
+def deepest_op(ops: list[tuple[int, int, int]], gap_ns: int) -> int:
+    """The deepest CPU op or frame that covers most of what the thread did during a gap.
+
+    Of the ops overlapping the gap by at least half as much as the one overlapping it most,
+    the deepest: the outermost frame (``<module>``, ``decorate_context``) always overlaps most
+    and says nothing. An op grazing a quarter of the gap or less did not fill it: none then.
+    """
+    if not ops:
+        return -1
+    most = max(o for _, o, _ in ops)
+    if 4 * most <= gap_ns:
+        return -1
+    near = [(d, o, i) for d, o, i in ops if 2 * o >= most]
+    return max(near)[2]
+
+
+def _overlapping(trace: Trace, g: Gap, mask: np.ndarray, limit: int) -> list[int]:
+    idx = np.flatnonzero(mask & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns))
+    ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
+    return idx[np.argsort(-ov, kind="stable")[:limit]].tolist()
 
 
 def _prev_op(trace: Trace, nxt: int, start_ns: int) -> int:

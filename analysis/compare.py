@@ -1,21 +1,22 @@
 """Before/after: the same readings of two traces side by side, with differences and a verdict.
 
-Did the experiment shrink the blank region? The largest blank region of BEFORE is
-located in its innermost phase (``decode_step 23``); AFTER is asked for its largest
-blank region in phases of the same name family (``decode_step N``), so a fix is
-judged where the problem was, not by whatever else became the largest gap.
+Did the experiment shrink the blank region? THE blank region of BEFORE (``analysis.gaps.the_gap``)
+is located in its innermost phase (``decode_step 23``); AFTER is asked for its largest blank
+region in phases of the same family (``decode_step``), so a fix is judged where the problem was,
+not by whatever else became the largest gap. When the two traces differ in shape (another step
+count, another number of kernels per step) the comparison says so: it may compare unlike things.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, gpu_work
-from gaplens.analysis.gaps import Gap, blank_regions
-from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.busy import compute_busy
+from gaplens.analysis.gaps import CAUSES, gap_columns, the_gap
+from gaplens.analysis.phases import Phase, family, innermost, phases
+from gaplens.analysis.regions import device_phases
 from gaplens.analysis.summary import summary
 from gaplens.analysis.workload import STEP_FAMILIES, step_families
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
@@ -24,32 +25,9 @@ from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
 SAME_WITHIN = 0.10
 
 
-def family(name: str) -> str:
-    """Phase names with their numbers folded: ``decode_step 7`` -> ``decode_step N``."""
-    return re.sub(r"\d+", "N", name.strip())
-
-
-def largest_blank_region(trace: Trace) -> tuple[Gap | None, bool]:
-    """The largest blank region on the critical path, and whether the path was analysed.
-
-    The one place that knows which gap reading exists: critical-path analysis when
-    ``analysis.gaps`` provides it, else the largest blank region of all.
-    """
-    from gaplens.analysis import gaps as gaps_mod
-
-    analyse = getattr(gaps_mod, "analyse_gaps", None)
-    pick = getattr(gaps_mod, "largest_on_critical_path", None)
-    if analyse is not None and pick is not None:
-        analysed = analyse(trace)
-        gap = pick(analysed)
-        if gap is None and analysed:
-            # Nothing on the path (a device-paced trace): the largest gap is still the one to judge.
-            gap = max(analysed, key=lambda g: g.dur_ns)
-        return gap, True
-    regions = blank_regions(trace)
-    if not regions:
-        return None, False
-    return max(regions, key=lambda g: g.dur_ns), False
+#: Kernels per step may differ by this share before the traces count as differently shaped.
+SHAPE_TOLERANCE = 0.2
+CAUSE_IDLE = CAUSES.index("idle")
 
 
 @dataclass
@@ -87,7 +65,6 @@ class Reading:
     copies_per_step: float | None
     copy_bytes_per_step: float | None
     gap: dict | None  # {start_ns, end_ns, dur_ns, cause, shares, on_critical_path, phase, family}
-    critical_path_analysed: bool
     phases: dict[str, PhaseStat] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -99,18 +76,17 @@ class Reading:
 def read(trace: Trace) -> Reading:
     s = summary(trace, top=1)
     w0, w1 = s["window_ns"]
-    idx = gpu_work(trace)
-    busy = BusySpans(trace.start_ns[idx], trace.end_ns[idx])
-    regions = blank_regions(trace)
-    gs = np.asarray([g.start_ns for g in regions], dtype=np.int64)
-    ge = np.asarray([g.end_ns for g in regions], dtype=np.int64)
+    cols = gap_columns(trace)
+    starved = cols.cause != CAUSE_IDLE
+    gs, ge = cols.start_ns[starved], cols.end_ns[starved]
     plist = phases(trace)
     stats: dict[str, PhaseStat] = {}
     for p in plist:
         st = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
         st.count += 1
         st.dur_ns += p.dur_ns
-        st.busy_ns += busy.busy_in(p.start_ns, p.end_ns)
+        if p.lane >= 0:
+            st.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
         st.largest_blank_ns = max(st.largest_blank_ns, _largest_inside(gs, ge, p.start_ns, p.end_ns))
 
     fams = step_families(trace)
@@ -127,10 +103,10 @@ def read(trace: Trace) -> Reading:
             b = _bytes_in(trace, spans, MEMCPY_KINDS)
             kps, cps, bps = k / len(spans), c / len(spans), b / len(spans)
 
-    gap, analysed = largest_blank_region(trace)
+    gap = the_gap(trace)
     gap_d = None
     if gap is not None:
-        inner = innermost_phase(plist, gap.start_ns, gap.end_ns)
+        inner = innermost(device_phases(trace, gap.device), gap.start_ns, gap.end_ns)
         gap_d = {
             "device": gap.device,
             "start_ns": gap.start_ns,
@@ -155,7 +131,6 @@ def read(trace: Trace) -> Reading:
         copies_per_step=cps,
         copy_bytes_per_step=bps,
         gap=gap_d,
-        critical_path_analysed=analysed,
         phases=stats,
     )
 
@@ -165,20 +140,6 @@ def _largest_inside(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
         return 0
     clipped = np.minimum(ge, t1) - np.maximum(gs, t0)
     return int(max(0, clipped.max()))
-
-
-def innermost_phase(plist: list[Phase], t0: int, t1: int) -> Phase | None:
-    """The deepest phase covering at least half of [t0, t1) (else the one overlapping it most)."""
-    best, best_key = None, None
-    for p in plist:
-        overlap = min(p.end_ns, t1) - max(p.start_ns, t0)
-        if overlap <= 0:
-            continue
-        # Covering at least half the gap counts as "in" it; then prefer depth, then overlap.
-        key = (2 * overlap >= (t1 - t0), p.depth, overlap)
-        if best_key is None or key > best_key:
-            best, best_key = p, key
-    return best
 
 
 def _in_spans(trace: Trace, spans: list[Phase], kinds) -> np.ndarray:
@@ -245,7 +206,26 @@ def compare(before: Trace, after: Trace) -> dict:
         )
     out["phases"] = rows
     out["gap"] = _gap_verdict(rb, ra)
+    out["warnings"] = shape_warnings(rb, ra)
     out["verdict"] = _verdict(out)
+    return out
+
+
+def shape_warnings(rb: Reading, ra: Reading) -> list[str]:
+    """Ways BEFORE and AFTER differ in shape, each a reason to distrust a naive comparison."""
+    out = []
+    if (rb.steps is None) != (ra.steps is None) or (rb.steps and ra.steps and rb.steps["label"] != ra.steps["label"]):
+        out.append("the traces are not stepped the same way: per-step numbers are not compared")
+    elif rb.steps and ra.steps and rb.steps["count"] != ra.steps["count"]:
+        out.append(
+            f"BEFORE has {rb.steps['count']} {rb.steps['label']}s, AFTER {ra.steps['count']}: totals differ in scope"
+        )
+    kb, ka = rb.kernels_per_step, ra.kernels_per_step
+    if kb and ka and abs(ka - kb) > SHAPE_TOLERANCE * kb:
+        out.append(
+            f"kernels per step changed from {kb:.0f} to {ka:.0f}: if that was not the experiment, the "
+            "workloads differ (batch, sequence length, model)"
+        )
     return out
 
 

@@ -26,29 +26,39 @@ Nodes: node ``i < n`` is the end of event ``i``; node ``n + a`` is the entry of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
 from gaplens.analysis.busy import gpu_work
-from gaplens.analysis.calls import COPY, SYNC, api_class
+from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.waits import event_waits
 from gaplens.loaders.model import Trace
 
-# Edge types (the edge *into* a node).
-SOURCE, STREAM, LAUNCH, WAIT, SYNC_EDGE, HOST = 0, 1, 2, 3, 4, 5
-EDGE_NAMES = {SOURCE: "source", STREAM: "stream", LAUNCH: "launch", WAIT: "wait", SYNC_EDGE: "sync", HOST: "host"}
 
-# Segment kinds: what the path is doing during a stretch of time.
-SEG_DEVICE, SEG_HOST, SEG_LAUNCH, SEG_QUEUE, SEG_SYNC, SEG_WAIT = 0, 1, 2, 3, 4, 5
-SEG_NAMES = {
-    SEG_DEVICE: "device",
-    SEG_HOST: "host",
-    SEG_LAUNCH: "launch",
-    SEG_QUEUE: "queue",
-    SEG_SYNC: "sync",
-    SEG_WAIT: "wait",
-}
+class Edge(IntEnum):
+    """The edge *into* a node: what made it wait (stored as int8 in ``Graph.edge`` and ``binding``)."""
+
+    SOURCE = 0
+    STREAM = 1
+    LAUNCH = 2
+    WAIT = 3
+    SYNC = 4
+    HOST = 5
+
+
+class Seg(IntEnum):
+    """What the path is doing during a stretch of time (stored as int8 in ``CriticalPath.seg_kind``)."""
+
+    DEVICE = 0
+    HOST = 1
+    LAUNCH = 2
+    QUEUE = 3
+    SYNC = 4
+    WAIT = 5
+
+
 #: Launch-to-start latency up to this long is the launch path (host/driver overhead);
 #: longer, the op sat queued behind something the trace does not show.
 QUEUE_AS_LAUNCH_NS = 100_000
@@ -82,8 +92,15 @@ class CriticalPath:
     def host_side(self) -> np.ndarray:
         """Mask of segments where the device waited on the host (host, launch, sync, short queue)."""
         k = self.seg_kind
-        short_queue = (k == SEG_QUEUE) & ((self.seg_end_ns - self.seg_start_ns) <= QUEUE_AS_LAUNCH_NS)
-        return (k == SEG_HOST) | (k == SEG_LAUNCH) | (k == SEG_SYNC) | short_queue
+        short_queue = (k == Seg.QUEUE) & ((self.seg_end_ns - self.seg_start_ns) <= QUEUE_AS_LAUNCH_NS)
+        return (k == Seg.HOST) | (k == Seg.LAUNCH) | (k == Seg.SYNC) | short_queue
+
+    def comm_side(self, trace: Trace) -> np.ndarray:
+        """Mask of segments where the path ran through a communication kernel."""
+        from gaplens.analysis.comm import comm_mask
+
+        ev = self.seg_event
+        return (self.seg_kind == Seg.DEVICE) & (ev >= 0) & comm_mask(trace)[np.maximum(ev, 0)]
 
     def time_in(self, starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Per interval [s, e): time the path spends in the masked segments (vectorised)."""
@@ -108,7 +125,7 @@ class CriticalPath:
 
     @property
     def gpu_ops(self) -> np.ndarray:
-        return self.events_of(SEG_DEVICE)
+        return self.events_of(Seg.DEVICE)
 
 
 @per_trace
@@ -154,7 +171,7 @@ def build_graph(trace: Trace) -> Graph:
     a = trace.launch[g]
     a0 = np.maximum(a, 0)
     ok_launch = (a >= 0) & (start[a0] <= start[g])
-    arrive = np.where(cls[a0] >= COPY, start[a0], np.minimum(end[a0], start[g]))
+    arrive = np.where(cls[a0] >= Call.COPY, start[a0], np.minimum(end[a0], start[g]))
     launch_t = np.where(ok_launch, arrive, np.iinfo(np.int64).min)
 
     # ---- cross-stream event waits -----------------------------------------------
@@ -169,15 +186,16 @@ def build_graph(trace: Trace) -> Graph:
         pos = np.empty(n, dtype=np.int64)
         pos[g] = np.arange(g.size)
         wait_src[pos[dst[keep]]] = src[keep]
+    _infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
     wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
 
     use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
     use_launch = ~use_stream & ok_launch
     use_wait = (wait_src >= 0) & (wait_t > np.maximum(prev_end, launch_t))
     p = np.where(use_stream, prev, np.where(use_launch, a + n, -1))
-    et = np.where(use_stream, STREAM, np.where(use_launch, LAUNCH, SOURCE)).astype(np.int8)
+    et = np.where(use_stream, Edge.STREAM, np.where(use_launch, Edge.LAUNCH, Edge.SOURCE)).astype(np.int8)
     p = np.where(use_wait, wait_src, p)
-    et = np.where(use_wait, WAIT, et).astype(np.int8)
+    et = np.where(use_wait, Edge.WAIT, et).astype(np.int8)
     pred[g] = p
     edge[g] = et
     binding[g] = et
@@ -185,16 +203,50 @@ def build_graph(trace: Trace) -> Graph:
     # ---- sync: blocking calls end when the op they waited on ends -----------------
     blocking, awaited = _blocking_calls(trace, cls, ops, binding)
     pred[blocking] = awaited
-    edge[blocking] = SYNC_EDGE
+    edge[blocking] = Edge.SYNC
 
-    # ---- host program order: entry of a launch call <- latest blocking exit before it
+    # ---- host program order: entry of a launch call <- latest blocking exit before it, on its
+    # own thread; a thread that never blocked (autograd's, DDP's) was set going by its process's
+    # other threads, so their latest blocking exit stands in (the cross-thread hand-off is not traced).
     calls = np.unique(a[ok_launch])
     if calls.size and blocking.size:
         k = _latest_before(trace.lane[blocking], end[blocking], trace.lane[calls], start[calls])
+        lane_pid = np.asarray([ln.pid for ln in trace.lanes], dtype=np.int64)
+        orphan = k < 0
+        if orphan.any():
+            pid_b, pid_c = lane_pid[trace.lane[blocking]], lane_pid[trace.lane[calls[orphan]]]
+            k[orphan] = _latest_before(pid_b, end[blocking], pid_c, start[calls[orphan]])
         has = k >= 0
         pred[n + calls[has]] = blocking[k[has]]
-        edge[n + calls[has]] = HOST
+        edge[n + calls[has]] = Edge.HOST
     return Graph(n, pred, edge, node_t, ops, binding, blocking, awaited)
+
+
+def _infer_waits(trace: Trace, g: np.ndarray, known_t: np.ndarray, wait_src: np.ndarray) -> None:
+    """Cross-stream waits the trace did not record, inferred in place into ``wait_src``.
+
+    An op that started long after both its stream predecessor and its launch, within
+    ``QUEUE_AS_LAUNCH_NS`` of an op on another stream of its device ending, waited on that op
+    (DDP's compute stream waiting for the NCCL stream's all-reduce, without cuda_sync rows).
+    """
+    start, end = trace.start_ns, trace.end_ns
+    delayed = np.flatnonzero((wait_src < 0) & (start[g] - known_t > QUEUE_AS_LAUNCH_NS))
+    if delayed.size == 0:
+        return
+    dev = trace.device_of_event()
+    for d in np.unique(dev[g[delayed]]).tolist():
+        mine = delayed[dev[g[delayed]] == d]
+        ops = g[dev[g] == d]
+        ops = ops[np.argsort(end[ops], kind="stable")]
+        k = np.searchsorted(end[ops], start[g[mine]], "right") - 1
+        cand = ops[np.maximum(k, 0)]
+        ok = (
+            (k >= 0)
+            & (trace.lane[cand] != trace.lane[g[mine]])
+            & (end[cand] > known_t[mine])
+            & (start[g[mine]] - end[cand] <= QUEUE_AS_LAUNCH_NS)
+        )
+        wait_src[mine[ok]] = cand[ok]
 
 
 def _blocking_calls(
@@ -209,17 +261,17 @@ def _blocking_calls(
     start, end = trace.start_ns, trace.end_ns
     by_end = ops[np.argsort(end[ops], kind="stable")]
     ends_sorted = end[by_end]
-    sync_calls = np.flatnonzero(cls == SYNC)
+    sync_calls = np.flatnonzero(cls == Call.SYNC)
     k = np.searchsorted(ends_sorted, end[sync_calls], "right") - 1
     ok = (k >= 0) & (ends_sorted[np.maximum(k, 0)] > start[sync_calls])
     calls = [sync_calls[ok]]
     waited = [by_end[k[ok]]]
     # Copy calls: their own copy ends inside the call, and either queued behind earlier
     # work or filled most of the call; a slow call around a short copy waited on nothing.
-    copy_ops = ops[(trace.launch[ops] >= 0) & (cls[np.maximum(trace.launch[ops], 0)] == COPY)]
+    copy_ops = ops[(trace.launch[ops] >= 0) & (cls[np.maximum(trace.launch[ops], 0)] == Call.COPY)]
     c = trace.launch[copy_ops]
     inside = (end[copy_ops] > start[c]) & (end[copy_ops] <= end[c])
-    queued = np.isin(binding[copy_ops], (STREAM, WAIT))
+    queued = np.isin(binding[copy_ops], (Edge.STREAM, Edge.WAIT))
     long_copy = 2 * (end[copy_ops] - start[copy_ops]) >= end[c] - start[c]
     inside &= queued | long_copy
     if inside.any():
@@ -295,7 +347,7 @@ def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> C
     v = nodes
     u = np.concatenate(([-1], nodes[:-1]))
     et = gr.edge[v].astype(np.int64)
-    et[0] = SOURCE
+    et[0] = Edge.SOURCE
     is_entry = v >= n
     ev = np.where(is_entry, v - n, v)
     is_gpu = ~is_entry & (gr.binding[ev] >= 0)
@@ -312,26 +364,26 @@ def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> C
     u_t = gr.node_t[uu]
     op_s, op_e = start[ev], end[ev]
     # Every GPU op on the path ran on the device.
-    add(is_gpu, op_s, op_e, SEG_DEVICE, ev)
+    add(is_gpu, op_s, op_e, Seg.DEVICE, ev)
     # Stream order: device-side latency between two ops. A long one means the op waited
     # on a dependency the trace does not record (graph node, other process, unrecorded event).
     lat_long = (op_s - u_t) > QUEUE_AS_LAUNCH_NS
-    add(is_gpu & (et == STREAM) & ~lat_long, u_t, op_s, SEG_DEVICE, ev)
-    add(is_gpu & (et == STREAM) & lat_long, u_t, op_s, SEG_WAIT, ev)
-    add(is_gpu & (et == WAIT), u_t, op_s, SEG_WAIT, ev)
+    add(is_gpu & (et == Edge.STREAM) & ~lat_long, u_t, op_s, Seg.DEVICE, ev)
+    add(is_gpu & (et == Edge.STREAM) & lat_long, u_t, op_s, Seg.WAIT, ev)
+    add(is_gpu & (et == Edge.WAIT), u_t, op_s, Seg.WAIT, ev)
     # Launch: the call until it returned, then the queue until the op started.
     call = np.maximum(uu - n, 0)
     call_end = np.minimum(end[call], op_s)
-    add(is_gpu & (et == LAUNCH), start[call], call_end, SEG_LAUNCH, call)
-    add(is_gpu & (et == LAUNCH), call_end, op_s, SEG_QUEUE, ev)
+    add(is_gpu & (et == Edge.LAUNCH), start[call], call_end, Seg.LAUNCH, call)
+    add(is_gpu & (et == Edge.LAUNCH), call_end, op_s, Seg.QUEUE, ev)
     # Sync: the blocking call returned after the op it waited on ended.
-    add(is_exit & (et == SYNC_EDGE), u_t, end[ev], SEG_SYNC, ev)
+    add(is_exit & (et == Edge.SYNC), u_t, end[ev], Seg.SYNC, ev)
     # Host program order: from a blocking call's exit to the next launch call's entry.
-    add(is_entry & (et == HOST), u_t, start[ev], SEG_HOST, ev)
+    add(is_entry & (et == Edge.HOST), u_t, start[ev], Seg.HOST, ev)
     # The path began on the host (no earlier blocking call): host work from the window start.
     first_host = np.zeros(v.size, dtype=bool)
     first_host[0] = bool(is_entry[0]) or bool(is_exit[0])
-    add(first_host, np.full(v.size, w0, np.int64), np.where(is_entry, start[ev], end[ev]), SEG_HOST, ev)
+    add(first_host, np.full(v.size, w0, np.int64), np.where(is_entry, start[ev], end[ev]), Seg.HOST, ev)
 
     s = np.clip(np.concatenate(parts_s), w0, w1)
     e = np.clip(np.concatenate(parts_e), w0, w1)
@@ -344,5 +396,5 @@ def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> C
 
 
 def binding_edges(trace: Trace) -> np.ndarray:
-    """Per event: the edge that set a GPU op's start (STREAM, LAUNCH, WAIT, SOURCE), -1 for non-GPU."""
+    """Per event: the ``Edge`` that set a GPU op's start (STREAM, LAUNCH, WAIT, SOURCE), -1 for non-GPU."""
     return graph(trace).binding

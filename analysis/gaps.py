@@ -1,14 +1,18 @@
-"""Blank regions: maximal intervals inside a window where a device runs nothing on any stream.
+"""Analysed blank regions: where each device waited, whether the critical path ran through it, and why.
 
-    stream 7   ███   ██      ████
-    stream 13     ██            ██
-    gaps             [  ]  [   ]        <- complement of the union, clipped to the window
+``analysis.regions`` finds the stretches with no compute, already cut into idle and starved
+pieces. Here each piece gets
 
-``blank_regions`` only finds where the device waited; ``analyse_gaps`` adds whether
-the critical path ran through host work during each one (``analysis.critical_path``:
-the device waited for the host when host-side path segments cover at least half
-the gap) and why (``analysis.causes``). The largest gap on the path is the one the
-viewer highlights and the report zooms into.
+- its cause (``analysis.causes``): what the launching thread was doing, or ``comm`` when the
+  device only communicated, ``profiler`` when the profiler's own work covers it, ``idle``
+  when nothing was asked, ``unknown`` when the trace lacks the host side;
+- whether it is on the critical path: host-side path segments cover at least half of it (the
+  device waited for the host), or, for communication, the collective on the path covers half
+  of it. Idle and profiler regions never are: verdicts are about the work, not the waiting
+  room or the measuring instrument.
+
+``the_gap`` picks THE blank region every screen and command talks about: the largest on
+the critical path.
 """
 
 from __future__ import annotations
@@ -18,13 +22,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
-from gaplens.loaders.model import Trace
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.regions import Regions, regions
+from gaplens.loaders.model import Trace, TraceError
 
-CAUSES = ("sync", "copy", "launch", "host", "unknown")
+#: Every cause a blank region can have (DESIGN.md § Gap cause).
+CAUSES = ("sync", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
+#: Causes that are no finding: nothing was asked, or the profiler measured itself.
+NOT_WORK = (CAUSES.index("idle"), CAUSES.index("profiler"))
+#: A gap is on the critical path when host-side path segments cover this share of it.
+ON_PATH_SHARE = 0.5
 
 
-@dataclass
+@dataclass(slots=True)
 class Gap:
     device: int
     start_ns: int
@@ -39,41 +49,15 @@ class Gap:
     def dur_ns(self) -> int:
         return self.end_ns - self.start_ns
 
-
-def blank_regions(
-    trace: Trace,
-    device: int | None = None,
-    window: tuple[int, int] | None = None,
-    min_ns: int = 1,
-) -> list[Gap]:
-    """Blank regions of each device (or one), in time order, at least ``min_ns`` long."""
-    devs, starts, ends = _region_arrays(trace, device, window, min_ns)
-    return [Gap(d, s, e) for d, s, e in zip(devs.tolist(), starts.tolist(), ends.tolist(), strict=True)]
+    @property
+    def shares_text(self) -> str:
+        return shares_text(self.shares)
 
 
-def complement(busy: BusySpans, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
-    """Idle spans of ``busy`` inside [w0, w1)."""
-    if w1 <= w0:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    s = np.clip(busy.start, w0, w1)
-    e = np.clip(busy.end, w0, w1)
-    keep = e > s
-    s, e = s[keep], e[keep]
-    gap_s = np.concatenate(([w0], e))
-    gap_e = np.concatenate((s, [w1]))
-    keep = gap_e > gap_s
-    return gap_s[keep], gap_e[keep]
-
-
-#: A gap is on the critical path when host-side path segments cover this share of it.
-ON_PATH_SHARE = 0.5
-
-
-def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
-    """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
-    from gaplens.analysis.phases import phases
-
-    return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
+def shares_text(shares: dict[str, float]) -> str:
+    """``host 92%, launch 6%``: the shares of at least half a percent, largest first."""
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{c} {100 * v:.0f}%" for c, v in ranked if v >= 0.005)
 
 
 @dataclass
@@ -88,86 +72,134 @@ class GapColumns:
     start_ns: np.ndarray
     end_ns: np.ndarray
     on_path: np.ndarray  # bool
-    cause: np.ndarray  # index into analysis.causes.CAUSE_NAMES
-    shares: np.ndarray  # (n, 4) in analysis.causes.CLASS_ORDER
+    cause: np.ndarray  # index into CAUSES
+    shares: np.ndarray  # (n, len(CAUSES)) share of each cause
     message: list[str]
-    next_op: np.ndarray  # the GPU op that ended each gap (-1 at the window's end)
+    next_op: np.ndarray  # the compute op that ended each gap (-1 at the window's end)
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
 
+    def shares_of(self, k: int) -> dict[str, float]:
+        """Gap ``k``'s non-zero shares by cause."""
+        return {c: v for c, v in zip(CAUSES, self.shares[k].tolist(), strict=True) if v > 0}
+
     def gap(self, trace: Trace, k: int, with_evidence: bool = True) -> Gap:
         """Gap ``k`` as an object, with its evidence events when asked."""
-        from gaplens.analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+        from gaplens.analysis.causes import evidence
 
-        c = int(self.cause[k])
-        shares = dict(zip(CLASS_ORDER, self.shares[k].tolist(), strict=True)) if c < UNKNOWN else {"unknown": 1.0}
         g = Gap(
             int(self.device[k]),
             int(self.start_ns[k]),
             int(self.end_ns[k]),
             bool(self.on_path[k]),
-            CAUSE_NAMES[c],
-            shares,
+            CAUSES[int(self.cause[k])],
+            self.shares_of(k),
             [],
             self.message[k],
         )
         if with_evidence:
-            g.evidence = evidence(trace, g.start_ns, g.end_ns, int(self.next_op[k]))
+            g.evidence = evidence(trace, g, int(self.next_op[k]))
         return g
 
     def to_gaps(self, trace: Trace, evidence_top: int) -> list[Gap]:
-        """Every gap as an object; the ``evidence_top`` largest get their evidence events."""
-        from gaplens.analysis.causes import CAUSE_NAMES, CLASS_ORDER, UNKNOWN, evidence
+        """Every gap as an object; the ``evidence_top`` largest get their evidence events.
 
-        sy, co, la, ho = CLASS_ORDER
-        # A dict literal per gap is the cheapest way to hand 10^5 gaps their shares.
+        Built column-wise: a 1M-event trace has 10^5 gaps, and a Python call per gap is the cost.
+        """
+        from gaplens.analysis.causes import evidence
+
+        n = len(self)
+        rows, cols = np.nonzero(self.shares)
+        shares: list[dict[str, float]] = [{} for _ in range(n)]
+        for r, c, v in zip(rows.tolist(), cols.tolist(), self.shares[rows, cols].tolist(), strict=True):
+            shares[r][CAUSES[c]] = v
         gaps = [
-            Gap(
-                d, s, e, o, CAUSE_NAMES[c], {sy: r0, co: r1, la: r2, ho: r3} if c < UNKNOWN else {"unknown": 1.0}, [], m
-            )
-            for d, s, e, o, c, (r0, r1, r2, r3), m in zip(
+            Gap(d, s, e, o, CAUSES[c], sh, [], m)
+            for d, s, e, o, c, sh, m in zip(
                 self.device.tolist(),
                 self.start_ns.tolist(),
                 self.end_ns.tolist(),
                 self.on_path.tolist(),
                 self.cause.tolist(),
-                self.shares.tolist(),
+                shares,
                 self.message,
                 strict=True,
             )
         ]
-        for k in np.argsort(-(self.end_ns - self.start_ns), kind="stable")[:evidence_top].tolist():
-            gaps[k].evidence = evidence(trace, gaps[k].start_ns, gaps[k].end_ns, int(self.next_op[k]))
+        for k in self.largest_first()[:evidence_top].tolist():
+            gaps[k].evidence = evidence(trace, gaps[k], int(self.next_op[k]))
         return gaps
 
+    def largest_first(self) -> np.ndarray:
+        """Indices, largest gap first (earliest on ties)."""
+        return np.lexsort((self.start_ns, -(self.end_ns - self.start_ns)))
+
     def largest_on_path(self) -> int:
-        """Index of THE highlighted region (largest on the path, earliest on ties), or -1."""
-        on = np.flatnonzero(self.on_path)
-        if on.size == 0:
+        """Index of the largest gap on the critical path (earliest on ties), or -1."""
+        return self._largest_of(np.flatnonzero(self.on_path))
+
+    def the_index(self) -> int:
+        """Index of THE blank region every screen talks about, or -1.
+
+        The largest on the critical path; when none is (a device-paced trace, or one without
+        its host side), the largest the device was asked to fill: never an idle stretch or the
+        profiler's own flush.
+        """
+        k = self.largest_on_path()
+        if k >= 0:
+            return k
+        return self._largest_of(np.flatnonzero(~np.isin(self.cause, NOT_WORK)))
+
+    def _largest_of(self, idx: np.ndarray) -> int:
+        if idx.size == 0:
             return -1
-        dur = self.end_ns[on] - self.start_ns[on]
-        return int(on[np.lexsort((self.start_ns[on], -dur))[0]])
+        dur = self.end_ns[idx] - self.start_ns[idx]
+        return int(idx[np.lexsort((self.start_ns[idx], -dur))[0]])
+
+    def time_by_cause(self) -> dict[str, int]:
+        """Blank time per cause (whole gaps, by their cause)."""
+        dur = self.end_ns - self.start_ns
+        got = np.bincount(self.cause, weights=dur, minlength=len(CAUSES))
+        return {c: int(v) for c, v in zip(CAUSES, got.tolist(), strict=True) if v > 0}
+
+
+def _empty() -> GapColumns:
+    e = np.empty(0, np.int64)
+    return GapColumns(e, e, e, np.zeros(0, bool), np.zeros(0, np.int8), np.zeros((0, len(CAUSES))), [], e)
 
 
 def gap_columns(
     trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, min_ns: int = 1
 ) -> GapColumns:
     """Blank regions of one window with on-path flag, cause, shares and message, as arrays."""
-    from gaplens.analysis.causes import UNKNOWN, classify, next_ops
+    if window is None and device is None and min_ns == 1:
+        return _default_columns(trace)
+    return _columns(trace, regions(trace, device, window, min_ns), window)
+
+
+@per_trace
+def _default_columns(trace: Trace) -> GapColumns:
+    """The default reading (every device, its whole GPU window), computed once per trace."""
+    return _columns(trace, regions(trace), None)
+
+
+def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapColumns:
+    from gaplens.analysis.causes import classify, next_compute_ops
     from gaplens.analysis.critical_path import critical_path
 
-    devs, starts, ends = _region_arrays(trace, device, window, min_ns)
-    nxt = np.full(starts.size, -1, np.int64)
-    if starts.size == 0:
-        return GapColumns(devs, starts, ends, np.zeros(0, bool), np.zeros(0, np.int8), np.zeros((0, 4)), [], nxt)
-    host = critical_path(trace, window).time_in(starts, ends)
-    for dev in np.unique(devs).tolist():
-        m = devs == dev
-        nxt[m] = next_ops(trace, gpu_work(trace, dev), ends[m])
-    cause, frac, message = classify(trace, starts, ends, nxt)
-    on = (host >= ON_PATH_SHARE * (ends - starts)) & (cause < UNKNOWN)
-    return GapColumns(devs, starts, ends, on, cause, frac, message, nxt)
+    if len(reg) == 0:
+        return _empty()
+    starts, ends, devs = reg.start_ns, reg.end_ns, reg.device
+    nxt = next_compute_ops(trace, devs, ends)
+    cause, shares, message = classify(trace, reg, nxt)
+    path = critical_path(trace, window)
+    dur = ends - starts
+    host = path.time_in(starts, ends)
+    comm = path.time_in(starts, ends, path.comm_side(trace))
+    starved = np.isin(cause, [CAUSES.index(x) for x in ("sync", "copy", "launch", "host")])
+    on = (starved & (host >= ON_PATH_SHARE * dur)) | ((cause == CAUSES.index("comm")) & (comm >= ON_PATH_SHARE * dur))
+    return GapColumns(devs, starts, ends, on, cause, shares, message, nxt)
 
 
 def analyse_gaps(
@@ -183,8 +215,6 @@ def analyse_gaps(
     ``phase`` selects every phase of that name (a ``TraceError`` when none exists);
     ``evidence_top`` bounds how many of the largest gaps get their evidence events listed.
     """
-    from gaplens.loaders.model import TraceError
-
     windows: Sequence[tuple[int, int] | None]
     if phase is not None:
         windows = phase_windows(trace, phase)
@@ -200,25 +230,24 @@ def analyse_gaps(
     return out
 
 
-def _region_arrays(
-    trace: Trace, device: int | None, window: tuple[int, int] | None, min_ns: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(device, start, end) of blank regions in (start, device) order, without building objects."""
-    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    parts = []
-    for dev in devices:
-        busy = device_busy(trace, dev)
-        w0, w1 = window if window is not None else gpu_window(trace, dev)
-        s, e = complement(busy, w0, w1)
-        keep = (e - s) >= min_ns
-        parts.append((np.full(int(keep.sum()), dev, np.int64), s[keep], e[keep]))
-    if not parts:
-        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64)
-    d = np.concatenate([p[0] for p in parts])
-    s = np.concatenate([p[1] for p in parts]).astype(np.int64)
-    e = np.concatenate([p[2] for p in parts]).astype(np.int64)
-    order = np.lexsort((d, s))
-    return d[order], s[order], e[order]
+def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
+    """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
+    from gaplens.analysis.phases import phases
+
+    return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
+
+
+def blank_regions(
+    trace: Trace, device: int | None = None, window: tuple[int, int] | None = None, min_ns: int = 1
+) -> list[Gap]:
+    """Blank regions of each device (or one), in time order, without their analysis."""
+    reg = regions(trace, device, window, min_ns)
+    return [
+        Gap(d, s, e, cause="idle" if i else "unknown")
+        for d, s, e, i in zip(
+            reg.device.tolist(), reg.start_ns.tolist(), reg.end_ns.tolist(), reg.idle.tolist(), strict=True
+        )
+    ]
 
 
 def largest(gaps: list[Gap]) -> list[Gap]:
@@ -226,9 +255,15 @@ def largest(gaps: list[Gap]) -> list[Gap]:
     return sorted(gaps, key=lambda g: (-g.dur_ns, g.start_ns))
 
 
-def largest_on_critical_path(trace_or_gaps, window: tuple[int, int] | None = None) -> Gap | None:
-    """THE highlighted region: the largest blank region on the critical path (None if no gap is on it)."""
-    gaps = trace_or_gaps if isinstance(trace_or_gaps, list) else analyse_gaps(trace_or_gaps, window)
+def the_gap(trace: Trace) -> Gap | None:
+    """THE blank region (``GapColumns.the_index``), with its evidence; None when the device never waited."""
+    cols = gap_columns(trace)
+    k = cols.the_index()
+    return cols.gap(trace, k) if k >= 0 else None
+
+
+def largest_on_critical_path(gaps: list[Gap]) -> Gap | None:
+    """The largest of these analysed gaps that lies on the critical path."""
     on = [g for g in gaps if g.on_critical_path]
     return min(on, key=lambda g: (-g.dur_ns, g.start_ns)) if on else None
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.busy import gpu_window
-from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Kind, Trace
 
@@ -46,13 +45,9 @@ class Steps:
         return int(np.median(d)) if d else 0
 
 
-#: ``phases(trace)``, computed once while the trace lives (do not modify the list).
-trace_phases = per_trace(phases)
-
-
 def steps(trace: Trace, found: list[Phase] | None = None) -> Steps:
     """The step family of a trace (see module docstring)."""
-    found = trace_phases(trace) if found is None else found
+    found = phases(trace) if found is None else found
     families: dict[tuple[str, int], list[Phase]] = {}
     for p in found:
         m = _NUMBERED.match(p.name)

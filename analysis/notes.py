@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gaplens.analysis.words import STEP_TITLES
 from gaplens.loaders.model import clean_name
 
 SCHEMA = "gaplens-notes"
@@ -28,16 +29,6 @@ VERSION = 1
 SUFFIX = ".gaplens.json"
 _CHUNK = 1 << 20
 _MAX_TEXT = 4000  # a note is a sentence or a paragraph, not a document
-
-#: The six steps of the reading protocol (DESIGN.md), numbered 1..6.
-STEP_TITLES = {
-    1: "Name the workload",
-    2: "Mark the phases",
-    3: "Zoom out",
-    4: "Zoom in",
-    5: "Explain the blank region",
-    6: "Propose one experiment",
-}
 
 
 def fingerprint(path: str | os.PathLike) -> str:

@@ -11,34 +11,48 @@ The verdict uses what set each op's start on the critical-path graph: an op whos
 start waited for its launch call is host-paced, one that waited for the previous op
 on its stream is device-paced. A phase is ``cpu-bound`` when most of its ops waited
 for their launch and the device was busy less than ``BUSY_DENSE`` of the phase;
-``device-paced`` when most ops waited for the device; ``mixed`` otherwise.
+``device-paced`` when most ops waited for the device; ``mixed`` otherwise. Only compute
+counts: a phase whose span the device spent mostly in communication is ``comm-bound``
+(waiting for a peer sets no pace), and one whose device ran nothing is ``idle``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, gpu_work
-from gaplens.analysis.critical_path import LAUNCH, STREAM, WAIT, graph
-from gaplens.analysis.memory import trace_phases
-from gaplens.analysis.phases import Phase
+from gaplens.analysis.busy import device_splits, gpu_work
+from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.critical_path import Edge, graph
+from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Trace
 
 BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
 MAJORITY = 0.5
 
 
-def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans | None = None) -> dict:
-    """Launch-lag distribution, binding shares and verdict for GPU ops starting in [t0, t1)."""
+def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | None = None) -> dict:
+    """Launch-lag distribution, binding shares and verdict for compute ops starting in [t0, t1).
+
+    ``device`` restricts the reading to one device (a phase's); all devices when None.
+    """
     gr = graph(trace)
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
     ops = gpu_work(trace)
-    busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops]) if busy is None else busy
+    ops = ops[~comm_mask(trace)[ops]]
+    if device is not None:
+        ops = ops[trace.device_of_event()[ops] == device]
     m = (trace.start_ns[ops] >= t0) & (trace.start_ns[ops] < t1)
     sel = ops[m]
-    row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size)}
-    dur = max(t1 - t0, 1)
-    busy_ns = busy.busy_in(t0, t1) if busy.start.size else 0  # no GPU work at all: nothing is busy
-    row["busy_pct"] = round(100.0 * busy_ns / dur, 2)
+    row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size), "device": device}
+    dur = max(t1 - t0, 1) * max(len(devices), 1)
+    splits = device_splits(trace)
+    compute = sum(splits[d].compute.busy_in(t0, t1) for d in devices if d in splits)
+    comm = sum(splits[d].comm.busy_in(t0, t1) for d in devices if d in splits)
+    row["busy_pct"] = round(100.0 * compute / dur, 2)
+    row["comm_pct"] = round(100.0 * comm / dur, 2)
+    if row["comm_pct"] > 100 * MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
+        row.update({"verdict": "comm-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
+        return row
     if sel.size == 0:
         row.update({"verdict": "idle", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row
@@ -46,8 +60,8 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans |
     has = a >= 0
     lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
     b = gr.binding[sel]
-    launch_bound = float(np.mean(b == LAUNCH))
-    device_bound = float(np.mean(np.isin(b, (STREAM, WAIT))))
+    launch_bound = float(np.mean(b == Edge.LAUNCH))
+    device_bound = float(np.mean(np.isin(b, (Edge.STREAM, Edge.WAIT))))
     row["launch_bound_pct"] = round(100.0 * launch_bound, 1)
     row["device_bound_pct"] = round(100.0 * device_bound, 1)
     row["lag_ns"] = (
@@ -74,8 +88,10 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", busy: BusySpans |
 
 
 def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
-    """One pacing row per phase (GPU span), in time order."""
-    found = trace_phases(trace) if found is None else found
-    ops = gpu_work(trace)
-    busy = BusySpans(trace.start_ns[ops], trace.end_ns[ops])
-    return [pacing_row(trace, p.start_ns, p.end_ns, p.name, busy) | {"depth": p.depth} for p in found]
+    """One pacing row per phase (its GPU span, on its device), in time order."""
+    found = phases(trace) if found is None else found
+    return [
+        pacing_row(trace, p.start_ns, p.end_ns, p.name, trace.lanes[p.lane].device if p.lane >= 0 else None)
+        | {"depth": p.depth, "pid": p.pid}
+        for p in found
+    ]

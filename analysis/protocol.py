@@ -1,47 +1,43 @@
 """The six-step reading protocol as data: what each step says and where it moves the view.
 
-Pure and headless: the TUI's protocol panel draws these steps and moves its timeline
-to ``Step.view``; the report and tests read the same objects.
+Pure and headless, and the one owner of the steps' words: the viewer's panel draws these steps and
+moves its timeline to ``Step.view``; ``analysis.report`` writes the same steps as Markdown. Every
+number comes from the reading that owns it (``busy_share``, ``the_gap``, ``smells``), never
+recomputed here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from gaplens.analysis.busy import BusySpans, gpu_window, gpu_work
-from gaplens.analysis.compare import family, innermost_phase, largest_blank_region
-from gaplens.analysis.gaps import Gap
-from gaplens.analysis.notes import STEP_TITLES, Notes
-from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, overhead_spans
+from gaplens.analysis.clock import clock_check
+from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
+from gaplens.analysis.notes import Notes
+from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phase_busy_pct, phases
+from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
+from gaplens.analysis.smells import SmellGroup, rollup, smells
 from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.analysis.words import (
+    CAUSE_SMELL,
+    CAUSE_WORDS,
+    COMM_LEVER,
+    COMPARE_HINT,
+    KERNEL_LEVER,
+    NO_GPU,
+    QUESTIONS,
+    SMELL_NAMES,
+    STEP_TITLES,
+    WARMUP_LEVER,
+    busy_verdict,
+    lever,
+)
 from gaplens.analysis.workload import Workload, workload
-from gaplens.loaders.model import Kind, Trace
+from gaplens.loaders.model import Trace
 
-QUESTIONS = {
-    1: "Complete what the trace cannot know: model, batch, prompt length, output length.",
-    2: "Which ranges are prefill, decode, postprocess, transfer, tokenize? Mark or rename any that are missing.",
-    3: "Is the GPU mostly dense or mostly waiting? Which phase matters most?",
-    4: "What is on the CPU side during this blank region?",
-    5: "In your words: why did the device wait here?",
-    6: "Write the one experiment that would shrink this blank region.",
-}
-
-#: The lever of each smell (DESIGN.md § Smells), first one the most direct.
-LEVERS = {
-    "picket_fence": "fuse the small kernels or capture the step in a CUDA graph (torch.compile mode='reduce-overhead')",
-    "host_island": "move the CPU work off the request path (or run it in parallel with the GPU)",
-    "copy_on_path": "keep the tensor on the device, or copy from pinned memory with non_blocking=True",
-    "sync_cliff": "remove the hidden synchronisation (.item(), print of a CUDA tensor, host-side sampling)",
-}
-CAUSE_SMELL = {"sync": "sync_cliff", "copy": "copy_on_path", "launch": "picket_fence", "host": "host_island"}
-SMELL_NAMES = {
-    "picket_fence": "launch picket fence",
-    "host_island": "host island",
-    "copy_on_path": "copy on the critical path",
-    "sync_cliff": "sync cliff",
-}
+#: Compute busy share (of the time work was asked) above which the device paces the work.
+KERNEL_BOUND_PCT = 90.0
+WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
 @dataclass
@@ -76,15 +72,6 @@ class PhaseRow:
     original: str = ""
 
 
-def busy_verdict(pct: float) -> str:
-    """Plain words for a busy share: what the user should take from step 3."""
-    if pct < 50:
-        return f"mostly waiting: {pct:.0f}% busy"
-    if pct < 80:
-        return f"partly fed: {pct:.0f}% busy"
-    return f"mostly dense: {pct:.0f}% busy"
-
-
 def phase_rows(trace: Trace, notes: Notes | None = None, plist: list[Phase] | None = None) -> list[PhaseRow]:
     """Trace phases with the user's renames applied, plus the ranges the user marked."""
     plist = phases(trace) if plist is None else plist
@@ -104,23 +91,16 @@ def phase_rows(trace: Trace, notes: Notes | None = None, plist: list[Phase] | No
 
 
 class Walkthrough:
-    """The six steps over one trace, computed once (the gap analysis is the slow part)."""
+    """The six steps over one trace; each step is computed on first use from the owned readings."""
 
-    def __init__(
-        self,
-        trace: Trace,
-        notes: Notes | None = None,
-        gap: tuple[Gap | None, bool] | None = None,
-    ) -> None:
-        """``gap``: (largest blank region, critical path analysed) when the caller has it already."""
+    def __init__(self, trace: Trace, notes: Notes | None = None) -> None:
         self.trace = trace
         self.notes = notes
         self.phases = phases(trace)
-        idx = gpu_work(trace)
-        self.busy = BusySpans(trace.start_ns[idx], trace.end_ns[idx])
+        self.share = busy_share(trace)
         self.window_ns = gpu_window(trace)
         self.workload: Workload = workload(trace)
-        self.gap, self.critical_path_analysed = largest_blank_region(trace) if gap is None else gap
+        self.gap: Gap | None = the_gap(trace)
         self._steps: dict[int, Step] = {}
 
     def refresh_notes(self, notes: Notes | None) -> None:
@@ -132,7 +112,10 @@ class Walkthrough:
         if n not in STEP_TITLES:
             raise ValueError(f"no protocol step {n}")
         if n not in self._steps:
-            self._steps[n] = getattr(self, f"_step{n}")()
+            if n >= 3 and not self.share.busy_ns:
+                self._steps[n] = self._make(n, [NO_GPU], View())
+            else:
+                self._steps[n] = getattr(self, f"_step{n}")()
         return self._steps[n]
 
     def steps(self) -> list[Step]:
@@ -140,6 +123,11 @@ class Walkthrough:
 
     def _make(self, n: int, facts: list[str], view: View, suggestion: str = "") -> Step:
         return Step(n, STEP_TITLES[n], QUESTIONS[n], facts, view, suggestion)
+
+    @property
+    def kernel_bound(self) -> bool:
+        """The device paces the work: compute fills the time work was asked for."""
+        return active_compute_pct(self.trace) >= KERNEL_BOUND_PCT
 
     # ---- 1. name the workload ---------------------------------------------
     def _step1(self) -> Step:
@@ -152,129 +140,201 @@ class Walkthrough:
         if w.iterations:
             parts.append(f"{w.iterations.count} {w.iterations.label.replace('_', ' ')}s")
         suggestion = ", ".join(parts) + "; model: ?, batch: ?, prompt: ?, output: ?"
-        return self._make(1, w.facts(), View(window_ns=self.window_ns), suggestion)
+        facts = w.facts()
+        if w.kind in WORKLOAD_NAMES:
+            facts.append(f"looks like {WORKLOAD_NAMES[w.kind]}: the levers below are chosen for it")
+        check = clock_check(self.trace)
+        if check is not None:
+            facts.append(f"warning: {check.message}")
+        return self._make(1, facts, View(window_ns=self.window_ns), suggestion)
 
     # ---- 2. mark the phases -----------------------------------------------
     def _step2(self) -> Step:
         facts = []
-        seen: dict[str, list[Phase]] = {}
-        for p in self.phases:
-            seen.setdefault(family(p.name), []).append(p)
-        for fam, ps in seen.items():
-            total = sum(p.dur_ns for p in ps)
-            count = f"{len(ps)} × " if len(ps) > 1 else ""
-            facts.append(f"{count}{fam}: {fmt_ns(total)} on the GPU")
+        groups = by_process(self.phases)
+        for pid, found in groups.items():
+            if len(groups) > 1:
+                facts.append(f"process {pid} {self.trace.meta.processes.get(pid, '')}".rstrip() + ":")
+            fams: dict[str, list[Phase]] = {}
+            for p in found:
+                fams.setdefault(family(p.name), []).append(p)
+            for fam, ps in fams.items():
+                count = f"{len(ps)} × " if len(ps) > 1 else ""
+                facts.append(f"{count}{fam}: {fmt_ns(sum(p.dur_ns for p in ps))} on the GPU")
         if facts:
+            facts = facts[:13]
             facts.append("they are drawn on the phases row at the top; select one (enter) and press m to rename it")
         else:
             facts.append("no NVTX / record_function ranges: mark the phases yourself (m, then m again, then a name)")
         if self.notes and self.notes.phases:
             facts.append(f"{len(self.notes.phases)} range(s) marked or renamed by you")
-        return self._make(2, facts[:14], View(window_ns=self.window_ns, show_phases=True))
+        return self._make(2, facts, View(window_ns=self.window_ns, show_phases=True))
 
     # ---- 3. zoom out --------------------------------------------------------
     def _step3(self) -> Step:
-        w0, w1 = self.window_ns
-        pct = 100.0 * self.busy.busy_in(w0, w1) / (w1 - w0) if w1 > w0 else 0.0
-        facts = [f"GPU {busy_verdict(pct)} ({fmt_ns(self.busy.busy_in(w0, w1))} of {fmt_ns(w1 - w0)})"]
-        by_fam: dict[str, list[int]] = {}
-        for p in self.phases:
-            acc = by_fam.setdefault(family(p.name), [0, 0])
-            acc[0] += self.busy.busy_in(p.start_ns, p.end_ns)
-            acc[1] += p.dur_ns
-        for fam, (b, d) in by_fam.items():
-            if d > 0:
-                facts.append(f"{fam}: {busy_verdict(100.0 * b / d)}")
+        sh = self.share
+        facts = [
+            f"GPU {busy_verdict(active_compute_pct(self.trace))} of the time work was asked "
+            f"(compute {fmt_ns(sh.compute_ns)}; busy {sh.busy_pct:.1f}% of the window)"
+        ]
+        if sh.comm_ns:
+            facts.append(
+                f"communication {fmt_ns(sh.comm_ns)}, {fmt_ns(sh.exposed_comm_ns)} of it exposed (not overlapped by "
+                "compute): waiting for peers counts as waiting, not work"
+            )
+        idle = idle_ns(self.trace)
+        if idle:
+            facts.append(f"idle {fmt_ns(idle)}: nothing was asked (start-up, before or between requests)")
+        if sh.profiler_ns:
+            facts.append(f"the profiler itself took {sh.profiler_pct:.1f}% of the window ({fmt_ns(sh.profiler_ns)})")
+        blank = gap_columns(self.trace)
+        on = blank.on_path
+        if on.any():
+            by_cause: dict[str, int] = {}
+            for c, d in zip(blank.cause[on].tolist(), (blank.end_ns - blank.start_ns)[on].tolist(), strict=True):
+                by_cause[CAUSES[c]] = by_cause.get(CAUSES[c], 0) + d
+            total = sum(by_cause.values())
+            split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in sorted(by_cause.items(), key=lambda kv: -kv[1]))
+            facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
+        groups = by_process(self.phases)
+        for pid, found in groups.items():
+            fams: dict[str, list[float]] = {}
+            for p in found:
+                acc = fams.setdefault(family(p.name), [0.0, 0.0])
+                acc[0] += phase_busy_pct(self.trace, p) * p.dur_ns
+                acc[1] += p.dur_ns
+            prefix = f"[{pid}] " if len(groups) > 1 else ""
+            for fam, (b, d) in list(fams.items())[:8]:
+                if d > 0:
+                    facts.append(f"{prefix}{fam}: {busy_verdict(b / d)}")
         for m in self.notes.phases if self.notes else []:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
-                pct = 100.0 * self.busy.busy_in(m.start_ns, m.end_ns) / (m.end_ns - m.start_ns)
-                facts.append(f"{m.name} (yours): {busy_verdict(pct)}")
-        return self._make(3, facts[:16], View(window_ns=self.window_ns, show_phases=True))
+                facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
+        return self._make(3, facts[:18], View(window_ns=self.window_ns, show_phases=True))
+
+    def _compute_pct(self, t0: int, t1: int) -> float:
+        busy = sum(compute_busy(self.trace, d.id).busy_in(t0, t1) for d in self.share.devices)
+        return 100.0 * busy / max((t1 - t0) * max(len(self.share.devices), 1), 1)
 
     # ---- 4. zoom in ---------------------------------------------------------
     def _step4(self) -> Step:
         g = self.gap
         if g is None:
-            return self._make(4, ["the device never waited inside the window: no blank region"], View())
-        kind = "largest blank region on the critical path" if g.on_critical_path else "largest blank region"
-        if not self.critical_path_analysed:
-            kind += " (critical path not analysed in this build)"
+            why = "the device never waited while work was asked: no blank region to zoom into"
+            return self._make(4, [why], View())
         where = self._where(g)
-        facts = [f"{kind}: {fmt_ns(g.dur_ns)} at {fmt_ns(g.start_ns)}{where}"]
+        if g.on_critical_path:
+            facts = [f"largest blank region on the critical path: {fmt_ns(g.dur_ns)} at {fmt_ns(g.start_ns)}{where}"]
+        else:
+            facts = [
+                f"largest blank region: {fmt_ns(g.dur_ns)} at {fmt_ns(g.start_ns)}{where}; none lies on the "
+                + (
+                    "critical path: the trace lacks the host side to tell"
+                    if g.cause == "unknown"
+                    else "critical path: the device paced the work around it"
+                )
+            ]
         facts.append(f"that is {100.0 * g.dur_ns / max(1, self.window_ns[1] - self.window_ns[0]):.1f}% of the window")
-        return self._make(4, facts, View(window_ns=gap_view(g, self.trace), highlight_ns=(g.start_ns, g.end_ns)))
+        facts.extend(self._warmup_note(g))
+        return self._make(4, facts, View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns)))
+
+    def _warmup_note(self, g: Gap) -> list[str]:
+        """Say so when the gap lies in a step far slower than its siblings: warm-up, not steady state."""
+        inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
+        if inner is None:
+            return []
+        for p in chain(self.phases, inner):
+            same = [q.dur_ns for q in self.phases if q.pid == p.pid and family(q.name) == family(p.name)]
+            if len(same) < 3 or family(p.name) == p.name:
+                continue
+            median = sorted(same)[len(same) // 2]
+            if p.dur_ns > 2 * median:
+                return [
+                    f"{p.name} took {fmt_ns(p.dur_ns)}, {p.dur_ns / max(median, 1):.0f}× the median "
+                    f"{family(p.name)} ({fmt_ns(median)}): a warm-up step (lazy loading, autotuning); "
+                    "press g/G for the steady steps"
+                ]
+        return []
 
     def _where(self, g: Gap) -> str:
-        inner = innermost_phase(self.phases, g.start_ns, g.end_ns)
+        inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
         if inner is None:
             return ""
-        # The chain of enclosing phases, outermost first, ending at the innermost one.
-        chain = [p for p in self.phases if p.start_ns <= inner.start_ns and inner.end_ns <= p.end_ns]
-        chain = sorted(chain, key=lambda p: p.depth)[-3:]
-        return " in " + " › ".join(p.name for p in chain)
+        names = [p.name for p in chain(self.phases, inner)[-3:]]
+        proc = f" (process {inner.pid})" if len(by_process(self.phases)) > 1 else ""
+        return " in " + " › ".join(names) + proc
 
     # ---- 5. explain ---------------------------------------------------------
     def _step5(self) -> Step:
         g = self.gap
         if g is None:
-            return self._make(5, ["nothing to explain: the device was never idle"], View())
-        evidence = list(g.evidence) or fallback_evidence(self.trace, g)
-        facts = []
-        if g.cause != "unknown":
-            shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]))
-            facts.append(f"cause: {g.cause}" + (f" ({shares})" if shares else ""))
-        elif not self.critical_path_analysed:
-            facts.append("cause: not analysed in this build; the calls below overlap the region")
-        else:
-            facts.append("cause: unknown")
+            return self._make(5, ["nothing on the critical path to explain"], View())
+        shares = ", ".join(
+            f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]) if v >= 0.005
+        )
+        facts = [f"cause: {g.cause} ({shares}): {CAUSE_WORDS[g.cause]}"]
         if g.message:
-            said = g.message.rstrip(".")
-            facts.append(said if said.lower().startswith("collect") else f"collect a better trace: {said}")
-        else:
+            facts.append(g.message)
+        elif g.cause == "unknown" or self.trace.meta.lacks:
             facts.extend(self._better_trace(g))
-        facts.extend(profiler_overhead(self.trace, g))
-        for i in evidence[:6]:
+        facts.extend(profiler_note(self.trace, g))
+        check = clock_check(self.trace)
+        if check is not None:
+            facts.append(f"warning: {check.message}")
+        for i in g.evidence[:6]:
             facts.append("evidence: " + describe(self.trace, i))
-        view = View(window_ns=gap_view(g, self.trace), highlight_ns=(g.start_ns, g.end_ns), select=evidence)
+        view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns), select=list(g.evidence))
         return self._make(5, facts, view)
 
     def _better_trace(self, g: Gap) -> list[str]:
         lacks = set(self.trace.meta.lacks)
-        if g.cause != "unknown" and not lacks:
-            return []
         if "cpu" in lacks or "cuda_api" in lacks:
             return [
                 "collect a better trace: the CPU side is missing. Capture torch.profiler with "
                 "activities=[CPU, CUDA], or nsys --trace=cuda,nvtx,osrt"
             ]
-        if g.cause == "unknown" and self.critical_path_analysed:
+        if g.cause == "unknown":
             return ["collect a better trace: add NVTX / record_function ranges around the suspect code (with_stack)"]
         return []
 
     # ---- 6. one experiment --------------------------------------------------
     def _step6(self) -> Step:
+        text, because = self.experiment()
+        facts = [because, f"lever: {text}", COMPARE_HINT] if because else [f"lever: {text}", COMPARE_HINT]
         g = self.gap
-        if g is None:
-            return self._make(6, ["the device is never idle: the next lever is in the kernels themselves"], View())
-        smell = nearest_smell(self.trace, g)
-        facts = []
-        if smell is not None:
-            kind, lever = smell
-            facts.append(f"closest smell: {SMELL_NAMES.get(kind, kind)}")
-            facts.append(f"lever: {lever}")
-        elif g.cause in CAUSE_SMELL:
-            kind = CAUSE_SMELL[g.cause]
-            facts.append(f"the cause ({g.cause}) points at a {SMELL_NAMES[kind]}")
-            facts.append(f"lever: {LEVERS[kind]}")
-        else:
-            facts.append("no smell explains this region yet: look at the evidence and pick one lever")
-        facts.append("then record a new trace and run: gaplens compare BEFORE AFTER")
-        suggestion = facts[1].removeprefix("lever: ") if len(facts) > 2 else ""
-        view = View(window_ns=gap_view(g, self.trace), highlight_ns=(g.start_ns, g.end_ns))
-        return self._make(6, facts, view, suggestion)
+        view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns)) if g is not None else View()
+        return self._make(6, facts, view, text)
+
+    def experiment(self) -> tuple[str, str]:
+        """(the lever to try, why this one): the one experiment of step 6 and of the report."""
+        g = self.gap
+        kind = self.workload.kind
+        if g is not None and g.cause == "unknown":
+            return "collect a better trace first: " + (g.message or "the host side is missing"), (
+                "the trace cannot say why the device waited"
+            )
+        small = g is None or g.dur_ns < 0.05 * max(self.window_ns[1] - self.window_ns[0], 1)
+        if g is None or not g.on_critical_path or (self.kernel_bound and small):
+            why = f"the device is {active_compute_pct(self.trace):.0f}% busy computing while work was asked"
+            return KERNEL_LEVER, why
+        if g.cause == "comm":
+            return COMM_LEVER, "the device waited in communication"
+        warmup = self._warmup_note(g)
+        if warmup:
+            return WARMUP_LEVER, warmup[0]
+        if g.cause in CAUSE_SMELL:
+            smell = CAUSE_SMELL[g.cause]
+            group = nearest_smell(self.trace, g, smell)
+            if group is not None:
+                return group.findings[0].lever, f"closest smell: {SMELL_NAMES[smell]} ({group.line})"
+            return lever(smell, kind), f"the cause ({g.cause}) points at a {SMELL_NAMES[smell]}"
+        return (
+            "collect a better trace first: " + (g.message or "the trace cannot say why the device waited"),
+            "no smell explains this region",
+        )
 
 
-def gap_view(g: Gap, trace: Trace) -> tuple[int, int]:
+def gap_view(g: Gap) -> tuple[int, int]:
     """A window with the gap in its middle half, so its neighbours show what came before and after."""
     pad = max(g.dur_ns // 2, 1_000)
     return max(0, g.start_ns - pad), g.end_ns + pad
@@ -282,82 +342,37 @@ def gap_view(g: Gap, trace: Trace) -> tuple[int, int]:
 
 def describe(trace: Trace, i: int) -> str:
     """One evidence event in a line: name, lane, duration, bytes for copies."""
-    name = trace.names[int(trace.name_id[i])]
+    name = trace.name(i)
     name = name if len(name) <= 60 else name[:57] + "…"
-    lane = trace.lanes[int(trace.lane[i])].name
+    lane = trace.lanes[int(trace.lane[i])]
+    where = lane.name if lane.pid < 0 else f"{lane.name}, thread {lane.tid}"
     dur = fmt_ns(int(trace.end_ns[i] - trace.start_ns[i]))
     extra = f", {fmt_bytes(int(trace.bytes[i]))}" if int(trace.bytes[i]) else ""
-    return f"{name} ({lane}, {dur}{extra})"
+    return f"{name} ({where}, {dur}{extra})"
 
 
-def profiler_overhead(trace: Trace, g: Gap) -> list[str]:
-    """A warning when the profiler's own work (buffer flushes) covers much of the gap: an artefact."""
-    idx = np.flatnonzero((trace.kind == int(Kind.OVERHEAD)) & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns))
-    if idx.size == 0 or g.dur_ns <= 0:
+def profiler_note(trace: Trace, g: Gap) -> list[str]:
+    """A warning when the profiler's own work covers much of a gap it is not already blamed for."""
+    if g.cause == "profiler" or g.dur_ns <= 0:
         return []
-    from gaplens.analysis.busy import union
-
-    s, e = union(np.maximum(trace.start_ns[idx], g.start_ns), np.minimum(trace.end_ns[idx], g.end_ns))
-    share = int((e - s).sum()) / g.dur_ns
+    share = overhead_spans(trace).busy_in(g.start_ns, g.end_ns) / g.dur_ns
     if share < 0.25:
         return []
-    name = trace.names[int(trace.name_id[idx[0]])]
-    return [
-        f"note: profiler overhead ({name}) covers {100 * share:.0f}% of this region: it may be an artefact "
-        "of tracing; check the next-largest blank region too (g / G)"
-    ]
+    return [f"note: the profiler's own work covers {100 * share:.0f}% of this region: part of it is an artefact"]
 
 
-def fallback_evidence(trace: Trace, g: Gap, limit: int = 8) -> list[int]:
-    """Without the causes analysis: the longest CUDA API calls overlapping the gap, in time order."""
-    m = (trace.kind == int(Kind.CUDA_API)) & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns)
-    idx = np.flatnonzero(m)
-    if idx.size == 0:
-        return []
-    overlap = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
-    top = idx[np.argsort(-overlap, kind="stable")[:limit]]
-    return sorted(top.tolist(), key=lambda i: int(trace.start_ns[i]))
-
-
-def nearest_smell(trace: Trace, g: Gap) -> tuple[str, str] | None:
-    """(kind, lever) of the smell overlapping or nearest the gap, when the smells reading exists."""
-    try:
-        from gaplens.analysis import smells as smells_mod  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    finder = getattr(smells_mod, "smells", None) or getattr(smells_mod, "find_smells", None)
-    if finder is None:
-        return None
-    found = finder(trace)
+def nearest_smell(trace: Trace, g: Gap, kind: str) -> SmellGroup | None:
+    """The group of ``kind`` smells with a finding overlapping the gap, or nearest it on its device."""
     best, best_d = None, None
-    for s in found:
-        get = s.get if isinstance(s, dict) else lambda k, _s=s: getattr(_s, k, None)
-        s0, s1 = get("start_ns"), get("end_ns")
-        if s0 is None or s1 is None:
+    for grp in rollup(trace, smells(trace)):
+        if grp.kind != kind:
             continue
-        d = max(0, int(s0) - g.end_ns, g.start_ns - int(s1))  # 0 when they overlap
-        if best_d is None or d < best_d:
-            best, best_d = (str(get("kind")), str(get("lever") or LEVERS.get(str(get("kind")), ""))), d
+        for f in grp.findings:
+            if f.device != g.device:
+                continue
+            d = max(0, f.start_ns - g.end_ns, g.start_ns - f.end_ns)  # 0 when they overlap
+            if best_d is None or d < best_d:
+                best, best_d = grp, d
+    if best is None or best_d is None or best_d > max(g.dur_ns, 1_000_000):
+        return None
     return best
-
-
-def protocol_markdown(walk: Walkthrough, notes: Notes | None = None) -> str:
-    """The six steps as Markdown: what the trace says and, under it, what the user wrote."""
-    from gaplens.analysis.notes import notes_markdown
-
-    trace = walk.trace
-    name = trace.meta.path.rsplit("/", 1)[-1] or "trace"
-    lines = [f"# Reading of {name}", ""]
-    for s in walk.steps():
-        lines += [f"## {s.number}. {s.title}", ""]
-        lines += [f"- {f}" for f in s.facts]
-        answer = notes.answers.get(s.number) if notes else None
-        if answer:
-            lines += ["", "> " + answer.replace("\n", "\n> ")]
-        if s.number == 6 and notes and notes.experiment and notes.experiment != answer:
-            lines += ["", f"**Experiment:** {notes.experiment}"]
-        lines.append("")
-    md = notes_markdown(notes, answers=False)
-    if md:
-        lines.append(md)
-    return "\n".join(lines).rstrip() + "\n"

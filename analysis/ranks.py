@@ -17,8 +17,8 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share, device_splits, gpu_window
 from gaplens.analysis.collectives import CollectiveTable, collective_table
-from gaplens.analysis.memory import steps, trace_phases
-from gaplens.analysis.phases import Phase
+from gaplens.analysis.memory import steps
+from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import GPU_WORK_KINDS, Trace
 
 #: Samples of the cumulative compute / comm time over a rank's window, for the overview's bars.
@@ -142,11 +142,8 @@ def _int_or_none(value) -> int | None:
 
 def phases_of(trace: Trace, pid: int | None) -> list[Phase]:
     """The phases of one process (all of them when the trace is one process)."""
-    found = trace_phases(trace)
-    if pid is None:
-        return found
-    lane_pid = [ln.pid for ln in trace.lanes]
-    return [p for p in found if lane_pid[int(trace.lane[p.event])] == pid]
+    found = phases(trace)
+    return found if pid is None else [p for p in found if p.pid == pid]
 
 
 def read_ranks(trace: Trace, file_index: int = 0) -> list[RankReading]:
@@ -197,11 +194,11 @@ def read_ranks(trace: Trace, file_index: int = 0) -> list[RankReading]:
 
 def _gap_reading(trace: Trace, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """(start, end, cause index, cause names) of the device's blank regions: the rank's own gap reading."""
-    from gaplens.analysis.causes import CAUSE_NAMES
-    from gaplens.analysis.gaps import gap_columns
+    from gaplens.analysis.gaps import CAUSES, gap_columns
 
-    cols = gap_columns(trace, device=device)
-    return cols.start_ns, cols.end_ns, np.asarray(cols.cause, np.int64), list(CAUSE_NAMES)
+    cols = gap_columns(trace)  # every device, computed once per trace (the viewer's reading too)
+    on = cols.device == device
+    return cols.start_ns[on], cols.end_ns[on], np.asarray(cols.cause, np.int64)[on], list(CAUSES)
 
 
 def _profile(trace: Trace, device: int, w0: int, w1: int) -> Profile:

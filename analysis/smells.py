@@ -22,6 +22,12 @@ so a healthy dense region never crosses them:
                 max(``CLIFF_MIN_NS``, ``CLIFF_STEP_SHARE`` of a step) long; cliffs closer
                 than max(``CLIFF_MERGE_NS``, ``CLIFF_MERGE_SHARE`` of a step) merge; with
                 phases marked, a cliff must lie at least half inside one.
+
+Findings roll up per phase family (``rollup``: "sync cliff in 31 of 32 decode_step"), and a
+trace whose critical path is mostly blank always yields a named finding: when no smell crossed
+its threshold but starved gaps on the path fill at least ``MOSTLY_BLANK`` of the window, the
+dominant cause names one (``mostly_blank``). Levers come from ``analysis.words`` for the kind of
+workload seen.
 """
 
 from __future__ import annotations
@@ -30,11 +36,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, gpu_work
-from gaplens.analysis.critical_path import LAUNCH, SEG_DEVICE, CriticalPath, critical_path, graph
+from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
+from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import Gap, analyse_gaps
-from gaplens.analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps, trace_phases
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps
+from gaplens.analysis.phases import family, innermost, phases
+from gaplens.analysis.regions import device_phases
 from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.analysis.words import CAUSE_SMELL, CAUSE_WORDS, SMELL_NAMES, SMELLS, lever
+from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import Kind, Trace
 
 FENCE_MIN_OPS = 32
@@ -48,18 +59,9 @@ CLIFF_MIN_NS = 50_000
 CLIFF_STEP_SHARE = 0.001
 CLIFF_MERGE_NS = 1_000_000
 CLIFF_MERGE_SHARE = 0.02
+MOSTLY_BLANK = 0.25
 
-KINDS = ("picket_fence", "host_island", "copy_on_path", "sync_cliff")
-LEVERS = {
-    "picket_fence": "fuse kernels or batch more work per launch: torch.compile, CUDA graphs, "
-    "larger batches, fewer Python-loop iterations, a batching scheduler",
-    "host_island": "move the CPU work off the request path: preprocess ahead, parallelise it, "
-    "cache tokenisation, stop per-token logging, remove the sync that makes the host wait",
-    "copy_on_path": "keep tensors on the device, copy from pinned memory with non_blocking=True "
-    "and overlap it, remove an accidental .cpu(), .item() or NumPy conversion",
-    "sync_cliff": "remove the hidden synchronisation (.item(), printing CUDA tensors, host-side "
-    "sampling); time with CUDA events instead of synchronising",
-}
+KINDS = SMELLS
 
 
 @dataclass
@@ -71,18 +73,18 @@ class Finding:
     evidence: list[int]
     summary: str
     numbers: dict = field(default_factory=dict)
+    lever: str = ""
+    family: str = ""  # the phase family it lies in ("decode_step"), "" outside every phase
+    phase: int = -1  # the annotation event of the innermost phase it lies in
 
     @property
     def dur_ns(self) -> int:
         return self.end_ns - self.start_ns
 
-    @property
-    def lever(self) -> str:
-        return LEVERS[self.kind]
-
     def to_json(self) -> dict:
         return {
             "kind": self.kind,
+            "family": self.family,
             "start_ns": self.start_ns,
             "end_ns": self.end_ns,
             "dur_ns": self.dur_ns,
@@ -95,7 +97,18 @@ class Finding:
 
 
 def smells(trace: Trace, gaps: list[Gap] | None = None, st: Steps | None = None) -> list[Finding]:
-    """All four smells over the default window, in time order."""
+    """All four smells over the default window, in time order (the default reading is cached)."""
+    if gaps is None and st is None:
+        return _default_smells(trace)
+    return _smells(trace, gaps, st)
+
+
+@per_trace
+def _default_smells(trace: Trace) -> list[Finding]:
+    return _smells(trace, None, None)
+
+
+def _smells(trace: Trace, gaps: list[Gap] | None, st: Steps | None) -> list[Finding]:
     st = steps(trace) if st is None else st
     step_ns = max(st.step_ns, 1)
     gaps = analyse_gaps(trace, evidence_top=0) if gaps is None else gaps
@@ -103,9 +116,108 @@ def smells(trace: Trace, gaps: list[Gap] | None = None, st: Steps | None = None)
     cliffs = sync_cliffs(trace, path, gaps, step_ns)
     # A gap that is the idle half of a sync cliff is reported once, as the cliff.
     claimed = {(f.device, s) for f in cliffs for s in f.numbers.pop("_gap_starts")}
-    islands = [f for f in host_islands(trace, gaps, step_ns) if (f.device, f.start_ns) not in claimed]
+    islands = [f for f in host_islands(trace, gaps, st) if (f.device, f.start_ns) not in claimed]
     out = picket_fences(trace, st) + islands + copies_on_path(trace, path, st) + cliffs
+    if not out:
+        out = mostly_blank(trace, gaps)
+    work = workload_kind(trace)
+    for f in out:
+        f.lever = lever(f.kind, work)
+        inner = innermost(device_phases(trace, f.device), f.start_ns, f.end_ns)
+        if inner is not None:
+            f.family, f.phase = family(inner.name), inner.event
     out.sort(key=lambda f: (f.start_ns, KINDS.index(f.kind)))
+    return out
+
+
+def mostly_blank(trace: Trace, gaps: list[Gap]) -> list[Finding]:
+    """One named finding for a trace whose critical path is mostly blank yet crossed no threshold.
+
+    Many small gaps add up: 854 critical gaps idling 86% of the window are a finding even when
+    none of them alone is an island or a fence. The dominant cause among them names the smell.
+    """
+    on = [g for g in gaps if g.on_critical_path and g.cause in CAUSE_SMELL]
+    if not on:
+        return []
+    w0, w1 = gpu_window(trace)
+    blank = sum(g.dur_ns for g in on)
+    if blank < MOSTLY_BLANK * max(w1 - w0, 1):
+        return []
+    by_cause: dict[str, int] = {}
+    for g in on:
+        by_cause[g.cause] = by_cause.get(g.cause, 0) + g.dur_ns
+    cause = max(by_cause, key=lambda c: by_cause[c])
+    kind = CAUSE_SMELL[cause]
+    biggest = sorted(on, key=lambda g: -g.dur_ns)[:3]
+    ev = [i for g in biggest for i in g.evidence[:2]]
+    return [
+        Finding(
+            kind,
+            min(g.start_ns for g in on),
+            max(g.end_ns for g in on),
+            on[0].device,
+            ev,
+            f"{len(on):,} blank regions on the critical path idle the device {fmt_ns(blank)} "
+            f"({100 * blank / max(w1 - w0, 1):.0f}% of the window), {100 * by_cause[cause] / blank:.0f}% of it "
+            f"because {CAUSE_WORDS[cause]}; none alone crosses the {SMELL_NAMES[kind]} threshold",
+            {"gaps": len(on), "blank_ns": blank, "cause": cause},
+        )
+    ]
+
+
+@dataclass
+class SmellGroup:
+    """Findings of one kind in one phase family: one line, instances underneath."""
+
+    kind: str
+    family: str
+    device: int
+    findings: list[Finding]
+    of: int  # phases in the family (0 outside every phase)
+
+    @property
+    def median_ns(self) -> int:
+        return int(np.median([f.dur_ns for f in self.findings]))
+
+    @property
+    def total_ns(self) -> int:
+        return sum(f.dur_ns for f in self.findings)
+
+    @property
+    def line(self) -> str:
+        name = SMELL_NAMES[self.kind]
+        n = len(self.findings)
+        if n == 1:
+            return self.findings[0].summary
+        hit = len({f.phase for f in self.findings})
+        times = f" ({n} times)" if n != hit else ""
+        where = f"in {hit} of {self.of} {self.family}{times}" if self.of else f"{n} times"
+        return f"{name} {where}, median {fmt_ns(self.median_ns)} (total {fmt_ns(self.total_ns)})"
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "family": self.family,
+            "device": self.device,
+            "count": len(self.findings),
+            "of": self.of,
+            "median_ns": self.median_ns,
+            "total_ns": self.total_ns,
+            "summary": self.line,
+            "lever": self.findings[0].lever,
+        }
+
+
+def rollup(trace: Trace, findings: list[Finding]) -> list[SmellGroup]:
+    """Findings grouped by (kind, phase family, device), largest total first."""
+    counts: dict[str, int] = {}
+    for p in phases(trace):
+        counts[family(p.name)] = counts.get(family(p.name), 0) + 1
+    groups: dict[tuple[str, str, int], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.kind, f.family, f.device), []).append(f)
+    out = [SmellGroup(k, fam, dev, fs, counts.get(fam, 0) if fam else 0) for (k, fam, dev), fs in groups.items()]
+    out.sort(key=lambda g: -g.total_ns)
     return out
 
 
@@ -123,7 +235,7 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
         a0 = np.maximum(a, 0)
         dur = trace.end_ns[ops] - trace.start_ns[ops]
         call = trace.end_ns[a0] - trace.start_ns[a0]
-        flag = (a >= 0) & (gr.binding[ops] == LAUNCH) & (dur < call)
+        flag = (a >= 0) & (gr.binding[ops] == Edge.LAUNCH) & (dur < call)
         pos = np.flatnonzero(flag)
         if pos.size < FENCE_MIN_OPS:
             continue
@@ -165,10 +277,10 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
     return out
 
 
-def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
-    from gaplens.analysis.causes import evidence, next_ops
+def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
+    from gaplens.analysis.causes import evidence, next_compute_ops
 
-    limit = max(int(ISLAND_STEP_SHARE * step_ns), ISLAND_MIN_NS)
+    limit = max(int(ISLAND_STEP_SHARE * st.step_ns), ISLAND_MIN_NS)
     out = []
     for g in gaps:
         if not (g.on_critical_path and g.cause == "host" and g.dur_ns >= limit):
@@ -177,9 +289,11 @@ def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
             continue
         ev = g.evidence
         if not ev:
-            nxt = next_ops(trace, gpu_work(trace, g.device), np.asarray([g.end_ns]))
-            ev = evidence(trace, g.start_ns, g.end_ns, int(nxt[0]))
+            nxt = next_compute_ops(trace, np.asarray([g.device]), np.asarray([g.end_ns]))
+            ev = evidence(trace, g, int(nxt[0]))
         host = g.shares.get("host", 0.0)
+        share = step_share(st, g.start_ns, g.end_ns)
+        of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
         out.append(
             Finding(
                 "host_island",
@@ -187,12 +301,25 @@ def host_islands(trace: Trace, gaps: list[Gap], step_ns: int) -> list[Finding]:
                 g.end_ns,
                 g.device,
                 ev,
-                f"device idle {fmt_ns(g.dur_ns)} ({100 * g.dur_ns / step_ns:.0f}% of a step) while the host "
-                f"ran CPU work with no CUDA calls ({100 * host:.0f}% of the gap)",
-                {"host_share": host, "step_share": round(g.dur_ns / step_ns, 3)},
+                f"device idle {fmt_ns(g.dur_ns)}{of_step} while the host ran CPU work with no CUDA calls "
+                f"({100 * host:.0f}% of the gap)",
+                {"host_share": host, "step_share": None if share is None else round(share, 3)},
             )
         )
     return out
+
+
+def _share_text(share: float) -> str:
+    return "<1%" if share < 0.01 else f"{100 * share:.0f}%"
+
+
+def step_share(st: Steps, t0: int, t1: int) -> float | None:
+    """The share of its step that [t0, t1) fills, never over 1 (None outside every step)."""
+    for spans in (st.spans, st.host_spans):
+        for a, b in spans:
+            if a <= t0 < b or a < t1 <= b:
+                return min(1.0, (t1 - t0) / max(b - a, 1))
+    return None
 
 
 def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
@@ -202,7 +329,7 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     if idx.size == 0:
         return []
     seg_len = path.seg_end_ns - path.seg_start_ns
-    on_dev = np.bincount(path.seg_event[path.seg_kind == SEG_DEVICE], seg_len[path.seg_kind == SEG_DEVICE], len(trace))
+    on_dev = np.bincount(path.seg_event[path.seg_kind == Seg.DEVICE], seg_len[path.seg_kind == Seg.DEVICE], len(trace))
     a = trace.launch[idx]
     # Host-side path time inside the copy call, on the call's own thread: a pageable copy
     # keeps its thread staging chunks, so the path runs through the call, not the op.
@@ -217,7 +344,7 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     on = on_dev[idx] + on_call
     # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
     # set-up cost, not a transfer between a request and its next kernel.
-    spans = [(p.host_start_ns, p.host_end_ns) for p in trace_phases(trace)]
+    spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
     if spans:
         t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
         inside = np.zeros(idx.size, dtype=bool)
@@ -299,8 +426,11 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
                 break
             k += 1
     out: list[Finding] = []
+    splits = device_splits(trace)
     for t0, t1, c, w, k, dev in raw:
         block = int(trace.end_ns[c] - trace.start_ns[c])
+        # Blocked while the device only communicated is waiting for a peer, not this sync's cost.
+        in_comm = splits[dev].comm.busy_in(int(trace.start_ns[c]), int(trace.end_ns[c])) if dev in splits else 0
         idle = gaps[k].dur_ns
         if out and t0 - out[-1].end_ns < merge and out[-1].device == dev:
             f = out[-1]
@@ -308,17 +438,29 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
             f.evidence += [c, w]
             f.numbers["syncs"] += 1
             f.numbers["blocked_ns"] += block
+            f.numbers["blocked_in_comm_ns"] += in_comm
             f.numbers["idle_after_ns"] += idle
             f.numbers["_gap_starts"].append(gaps[k].start_ns)
         else:
-            numbers = {"syncs": 1, "blocked_ns": block, "idle_after_ns": idle, "_gap_starts": [gaps[k].start_ns]}
+            numbers = {
+                "syncs": 1,
+                "blocked_ns": block,
+                "blocked_in_comm_ns": in_comm,
+                "idle_after_ns": idle,
+                "_gap_starts": [gaps[k].start_ns],
+            }
             out.append(Finding("sync_cliff", t0, t1, dev, [c, w], "", numbers))
     out = [f for f in out if in_phases(trace, f.start_ns, f.end_ns)]
     for f in out:
         n = f.numbers
         first = f.evidence[0]
+        comm = (
+            f" ({fmt_ns(n['blocked_in_comm_ns'])} of it while the device waited in communication)"
+            if n["blocked_in_comm_ns"] >= n["blocked_ns"] // 4
+            else ""
+        )
         f.summary = (
-            f"{trace.name(first)} ×{n['syncs']}: host blocked {fmt_ns(n['blocked_ns'])}, then the device "
+            f"{trace.name(first)} ×{n['syncs']}: host blocked {fmt_ns(n['blocked_ns'])}{comm}, then the device "
             f"waited {fmt_ns(n['idle_after_ns'])} for the host"
         )
     return out
@@ -339,7 +481,7 @@ def in_phases(trace: Trace, t0: int, t1: int) -> bool:
 
     Start-up outside every marked phase (imports, model loading) is set-up, not a smell.
     """
-    found = trace_phases(trace)
+    found = phases(trace)
     if not found:
         return True
     half = (t1 - t0) / 2

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, device_busy, gpu_window, gpu_work
-from gaplens.analysis.phases import phase_busy_pct, phases
+from gaplens.analysis.busy import busy_share
+from gaplens.analysis.clock import clock_check
+from gaplens.analysis.phases import Phase, family, phase_busy_pct, phases
+from gaplens.analysis.regions import active_compute_pct, idle_ns
+from gaplens.analysis.stats import name_stats
+from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
 
 MEMCPY_LABELS = {
@@ -24,62 +28,30 @@ def totals(trace: Trace, kinds) -> dict:
 
 
 def top_names(trace: Trace, kinds, top: int = 10) -> list[dict]:
-    """Per name: count, total, avg, med, min, max and share of the total (nsys stats shape)."""
-    idx = np.flatnonzero(trace.mask(kinds))
-    if idx.size == 0:
-        return []
-    dur = trace.end_ns[idx] - trace.start_ns[idx]
-    names = trace.name_id[idx]
-    order = np.lexsort((dur, names))
-    names, dur = names[order], dur[order]
-    bounds = np.flatnonzero(np.diff(names)) + 1
-    lo = np.concatenate(([0], bounds))
-    hi = np.concatenate((bounds, [names.size]))
-    sums = np.add.reduceat(dur, lo)
-    grand = int(dur.sum()) or 1
-    rows = []
-    for k in np.argsort(-sums, kind="stable")[:top].tolist():
-        d = dur[lo[k] : hi[k]]
-        rows.append(
-            {
-                "name": trace.names[int(names[lo[k]])],
-                "count": int(d.size),
-                "total_ns": int(sums[k]),
-                "avg_ns": int(d.mean()),
-                "med_ns": int(np.median(d)),
-                "min_ns": int(d[0]),
-                "max_ns": int(d[-1]),
-                "pct": round(100.0 * int(sums[k]) / grand, 2),
-            }
-        )
-    return rows
+    """Per name: count, total, avg, med, min, max and share of the total (``analysis.stats``, nsys stats shape)."""
+    return name_stats(trace, kinds).rows(top)
 
 
 def summary(trace: Trace, top: int = 10) -> dict:
     """Everything `gaplens summary --json` prints; keys are the DESIGN.md contract."""
     meta = trace.meta
-    w0, w1 = gpu_window(trace)
+    share = busy_share(trace)
     devices = []
-    busy_by_device: dict[int, BusySpans] = {}
-    gpu_busy = 0
-    gpu_window_total = 0
-    for dev in meta.devices:
-        busy = device_busy(trace, dev.id)
-        busy_by_device[dev.id] = busy
-        d0, d1 = gpu_window(trace, dev.id)
-        streams = sorted({ln.stream for ln in trace.gpu_lanes(dev.id)})
+    for d in share.devices:
+        streams = sorted({ln.stream for ln in trace.gpu_lanes(d.id)})
         devices.append(
             {
-                "id": dev.id,
-                "name": dev.name,
+                "id": d.id,
+                "name": d.name,
                 "streams": streams,
-                "busy_ns": busy.total,
-                "busy_pct": _pct(busy.total, d1 - d0),
-                "window_ns": [d0, d1],
+                "busy_ns": d.busy_ns,
+                "busy_pct": d.busy_pct,
+                "compute_ns": d.compute_ns,
+                "comm_ns": d.comm_ns,
+                "exposed_comm_ns": d.exposed_comm_ns,
+                "window_ns": list(d.window_ns),
             }
         )
-        gpu_busy += busy.total
-        gpu_window_total += d1 - d0
     mem = trace.mask(MEMCPY_KINDS)
     by_dir = {}
     for k, label in MEMCPY_LABELS.items():
@@ -90,20 +62,8 @@ def summary(trace: Trace, top: int = 10) -> dict:
                 "total_ns": int((trace.end_ns[m] - trace.start_ns[m]).sum()),
                 "bytes": int(trace.bytes[m].sum()),
             }
-    all_busy = BusySpans(*_all_gpu(trace))
-    phase_rows = [
-        {
-            "name": p.name,
-            "start_ns": p.start_ns,
-            "end_ns": p.end_ns,
-            "dur_ns": p.dur_ns,
-            "host_start_ns": p.host_start_ns,
-            "host_end_ns": p.host_end_ns,
-            "depth": p.depth,
-            "busy_pct": phase_busy_pct(p, all_busy),
-        }
-        for p in phases(trace)
-    ]
+    found = phases(trace)
+    clock = clock_check(trace)
     return {
         "source": {
             "format": meta.source_format,
@@ -111,10 +71,14 @@ def summary(trace: Trace, top: int = 10) -> dict:
             "path": meta.path,
         },
         "origin_ns": meta.origin_ns,
-        "window_ns": [w0, w1],
+        "window_ns": list(share.window_ns),
         "events": len(trace),
+        "workload": workload_kind(trace),
         "lacks": list(meta.lacks),
         "warnings": list(meta.warnings),
+        "clock": None
+        if clock is None
+        else {"offset_ns": clock.offset_ns, "share": clock.share, "message": clock.message},
         "devices": devices,
         "kernels": totals(trace, (Kind.KERNEL,)),
         "memcpy": {
@@ -123,8 +87,10 @@ def summary(trace: Trace, top: int = 10) -> dict:
             "by_direction": by_dir,
         },
         "memset": totals(trace, (Kind.MEMSET,)),
-        "gpu": {"busy_ns": gpu_busy, "busy_pct": _pct(gpu_busy, gpu_window_total)},
-        "phases": phase_rows,
+        "gpu": share.to_json() | {"idle_ns": idle_ns(trace), "active_compute_pct": active_compute_pct(trace)},
+        "processes": {str(pid): name for pid, name in meta.processes.items() if pid in {p.pid for p in found}},
+        "phases": [phase_json(trace, p) for p in found],
+        "phase_families": family_rows(trace, found),
         "top_kernels": top_names(trace, (Kind.KERNEL,), top),
         "top_cuda_api": top_names(trace, (Kind.CUDA_API,), top),
         "top_ranges": top_names(trace, (Kind.ANNOTATION,), top),
@@ -132,11 +98,41 @@ def summary(trace: Trace, top: int = 10) -> dict:
     }
 
 
-def _all_gpu(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    idx = gpu_work(trace)
-    return trace.start_ns[idx], trace.end_ns[idx]
+def phase_json(trace: Trace, p: Phase) -> dict:
+    """One phase as the JSON contract spells it; busy is the compute busy share of its device."""
+    return {
+        "name": p.name,
+        "start_ns": p.start_ns,
+        "end_ns": p.end_ns,
+        "dur_ns": p.dur_ns,
+        "host_start_ns": p.host_start_ns,
+        "host_end_ns": p.host_end_ns,
+        "depth": p.depth,
+        "pid": p.pid,
+        "device": p.device,
+        "busy_pct": phase_busy_pct(trace, p),
+    }
 
 
-def _pct(part: int, whole: int) -> float:
-    # Unrounded: text output rounds once when it prints (rounding twice shows 86.25 as 86.2).
-    return 100.0 * part / whole if whole > 0 else 0.0
+def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
+    """Phases folded into families per process (``decode_step ×32``), in order of first appearance."""
+    rows: dict[tuple[int, int, str], list[Phase]] = {}
+    for p in found:
+        rows.setdefault((p.pid, p.depth, family(p.name)), []).append(p)
+    out = []
+    for (pid, depth, fam), members in rows.items():
+        dur = np.asarray([m.dur_ns for m in members], dtype=np.int64)
+        busy = [phase_busy_pct(trace, m) for m in members]
+        out.append(
+            {
+                "family": fam,
+                "pid": pid,
+                "depth": depth,
+                "count": len(members),
+                "total_ns": int(dur.sum()),
+                "median_ns": int(np.median(dur)),
+                "busy_pct": float(np.average(busy, weights=np.maximum(dur, 1))),
+                "devices": sorted({m.device for m in members if m.device is not None}),
+            }
+        )
+    return out

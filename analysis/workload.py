@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import phases
 from gaplens.loaders.model import Kind, Trace
+
+_TRAINING = re.compile(r"backward|autograd|optimizer|\btrain|zero_grad", re.IGNORECASE)
+_SERVING = re.compile(r"decode|prefill|generat|request|token|sampl|infer|serv|paged_attention|splitkv", re.IGNORECASE)
+_PYTORCH = re.compile(r"^(aten::|torch|autograd::|c10d::)")
 
 #: Range families that count iterations, most specific first. The profiler's own
 #: ``ProfilerStep#N`` is the fallback when the user annotated nothing better.
@@ -63,6 +68,7 @@ class Workload:
     shapes: list[dict] = field(default_factory=list)  # {op, dims, count}
     steps: list[StepFamily] = field(default_factory=list)
     source: str = ""
+    kind: str = "generic"  # one of analysis.words.WORKLOADS: which levers fit
 
     @property
     def gpu_count(self) -> int:
@@ -145,7 +151,30 @@ def workload(trace: Trace) -> Workload:
     w.dtype, w.dtype_source = dtype_hint(trace)
     w.shapes = input_shapes(trace)
     w.steps = step_families(trace)
+    w.kind = kind(trace)
     return w
+
+
+@per_trace
+def kind(trace: Trace) -> str:
+    """What kind of program the trace shows: ``training``, ``serving`` (LLM decode/serving), ``hpc``
+    (GPU work from no framework) or ``generic``; the levers gaplens proposes depend on it.
+
+    Read from the names the program left: ranges, thread names (autograd's own thread), CPU ops.
+    """
+    ranges = trace.kind == int(Kind.ANNOTATION)
+    ops = trace.kind == int(Kind.CPU_OP)
+    range_names = [trace.names[int(i)] for i in np.unique(trace.name_id[ranges]).tolist()]
+    op_names = [trace.names[int(i)] for i in np.unique(trace.name_id[ops]).tolist()]
+    threads = list(trace.meta.threads.values())
+    if any(_TRAINING.search(n) for n in range_names + threads) or any("Backward" in n for n in op_names):
+        return "training"
+    kernels = [trace.names[int(i)] for i in np.unique(trace.name_id[trace.kind == int(Kind.KERNEL)]).tolist()]
+    if any(_SERVING.search(n) for n in range_names) or any("paged_attention" in n for n in kernels):
+        return "serving"
+    if not op_names and not any(_PYTORCH.search(n) for n in trace.names[:50000]) and kernels:
+        return "hpc"
+    return "generic"
 
 
 def versions(extra: dict) -> dict[str, str]:
@@ -184,7 +213,9 @@ def framework(trace: Trace) -> str:
 
 def dtype_hint(trace: Trace) -> tuple[str, str]:
     """The dtype that most kernel time runs in, read from kernel names."""
-    k = np.flatnonzero(trace.kind == int(Kind.KERNEL))
+    from gaplens.analysis.comm import comm_mask
+
+    k = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & ~comm_mask(trace))  # collectives name no model dtype
     if k.size == 0:
         return "", ""
     dur = np.bincount(trace.name_id[k], weights=trace.end_ns[k] - trace.start_ns[k], minlength=len(trace.names))

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Callable
 
-from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
+from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.model import Trace, TraceError
 
-Progress = Callable[[str, float], None]
-
-
-__all__ = ["Trace", "TraceError", "load"]
+__all__ = ["Progress", "Trace", "TraceError", "load"]
 
 
 def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: bool = True) -> Trace:

@@ -16,6 +16,7 @@ from gaplens.loaders.model import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: The one progress callback of every loader: ``progress(stage, fraction in [0, 1])``.
 Progress = Callable[[str, float], None]
 
 

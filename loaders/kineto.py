@@ -14,7 +14,6 @@ schema, and classify with lookup tables (``kineto_cols``). A block Arrow refuses
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
@@ -22,7 +21,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from gaplens.loaders.events import ordered_lanes
-from gaplens.loaders.files import Source
+from gaplens.loaders.files import Progress, Source
 from gaplens.loaders.jsonframe import Framed, frame_events
 from gaplens.loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
 from gaplens.loaders.kineto_slow import from_lines
@@ -37,8 +36,6 @@ from gaplens.loaders.model import (
     TraceError,
     build_trace,
 )
-
-Progress = Callable[[str, float], None]
 
 BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: the numpy scan's temporaries are ~6x this
 _READ = pj.ReadOptions(use_threads=True, block_size=1 << 19)  # two chunks per block for Arrow's threads

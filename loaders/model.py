@@ -8,11 +8,17 @@ visible window on any row is two binary searches away.
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
 
 
 class Kind(IntEnum):
@@ -128,7 +134,7 @@ class TraceError(Exception):
     """Unusable input; the message is one line meant for the user."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Trace:
     """Lanes, events (numpy columns sorted by row then start), flows and metadata.
 
@@ -162,6 +168,29 @@ class Trace:
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
+
+    def __repr__(self) -> str:
+        meta = self.meta
+        gpus = ", ".join(sorted({d.name for d in meta.devices if d.name})) or "no GPU"
+        span = int(self.end_ns.max()) - int(self.start_ns.min()) if len(self) else 0
+        return (
+            f"<Trace {meta.source_format} {os.path.basename(meta.path)!r}: {len(self):,} events, "
+            f"{len(self.lanes)} lanes, {len(meta.devices)} GPU{'s' if len(meta.devices) != 1 else ''} ({gpus}), "
+            f"{span / 1e6:,.3f} ms>"
+        )
+
+    # ---- tables -----------------------------------------------------------
+    def to_arrow(self) -> pa.Table:
+        """Every event as an Arrow table, names decoded (``loaders.tables``); row i is event i."""
+        from gaplens.loaders.tables import events_table
+
+        return events_table(self)
+
+    def events(self) -> pd.DataFrame:
+        """Every event as a pandas DataFrame (imports pandas on first use); the index is the event number."""
+        from gaplens.loaders.tables import events_frame
+
+        return events_frame(self)
 
     # ---- rows -------------------------------------------------------------
     def rows_of(self, lane_id: int) -> range:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
 
 import numpy as np
 
 from gaplens.loaders.events import ordered_lanes
+from gaplens.loaders.files import Progress
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
 from gaplens.loaders.nsys_cuda import (
     GPU_TABLES,
@@ -26,6 +26,7 @@ from gaplens.loaders.nsys_cuda import (
     read_memcpy,
     read_memset,
     read_osrt,
+    read_overhead,
     read_sync,
 )
 from gaplens.loaders.nsys_files import resolve, sqlite_uri
@@ -33,11 +34,9 @@ from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
 from gaplens.loaders.nsys_sql import Reader, Schema, read_meta, read_strings
 
-Progress = Callable[[str, float], None]
-
 # Tables that only an nsys export has; one of them must be present.
 _NSYS_TABLES = ("StringIds", RUNTIME, KERNEL, NVTX, "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "ThreadNames")
-_HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT)
+_HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT, LaneKind.OVERHEAD)
 
 
 def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
@@ -84,6 +83,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "graphs": read_graphs(ctx, got),
         "sync": read_sync(ctx, got),
         "OS runtime": read_osrt(ctx),
+        "profiler overhead": read_overhead(ctx),
     }
     _run_readers(reader, readers, got, progress)
     nvtx, nvtx_threads = read_nvtx(ctx)

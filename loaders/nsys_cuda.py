@@ -28,6 +28,7 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"  # event records: which stream, which call
 GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
 OSRT = "OSRT_API"
+OVERHEAD = "PROFILER_OVERHEAD"
 GPU_TABLES = (KERNEL, MEMCPY, MEMSET, GRAPH)
 BACKTRACE_CLASS = 67  # 2022.x: a second copy of every API call carrying its backtrace
 NO_STREAM = 4294967295  # sentinel for "not applicable" in sync rows
@@ -385,18 +386,28 @@ def _event_records(
 
 
 def read_osrt(ctx: Context) -> PartReader:
-    if not ctx.schema.has(OSRT):
+    return _thread_rows(ctx, OSRT, LaneKind.OSRT, Kind.OSRT, "OS runtime call")
+
+
+def read_overhead(ctx: Context) -> PartReader:
+    """The profiler's own work (CUPTI buffer flushes, initialisation): a lane of its own per thread."""
+    return _thread_rows(ctx, OVERHEAD, LaneKind.OVERHEAD, Kind.OVERHEAD, "profiler overhead")
+
+
+def _thread_rows(ctx: Context, table: str, lane: LaneKind, kind: Kind, unnamed: str) -> PartReader:
+    """A table of named (start, end, globalTid) rows: one lane of ``lane`` kind per thread."""
+    if not ctx.schema.has(table):
         return None
     exprs = {
         "start": '"start"',
         "end": '"end"',
-        "tid": _ifnull0(ctx, OSRT, "globalTid"),
-        "name": ctx.schema.col(OSRT, "nameId"),
+        "tid": _ifnull0(ctx, table, "globalTid"),
+        "name": ctx.schema.col(table, "nameId"),
     }
-    cols = yield OSRT, exprs, ""
+    cols = yield table, exprs, ""
     pid, tid = split_tid(cols["tid"])
-    name = ctx.names.map_ids(cols["name"], ctx.string, "OS runtime call")
-    return Part.make(LaneKind.OSRT, pid, tid, cols["start"], cols["end"], name, Kind.OSRT)
+    name = ctx.names.map_ids(cols["name"], ctx.string, unnamed)
+    return Part.make(lane, pid, tid, cols["start"], cols["end"], name, kind)
 
 
 def _key(scope: np.ndarray, corr: np.ndarray) -> np.ndarray:

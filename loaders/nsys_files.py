@@ -11,13 +11,10 @@ import sqlite3
 import subprocess
 import tempfile
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
-from gaplens.loaders.files import GZIP_MAGIC, Source, cache_dir, os_errors, read_head
+from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, cache_dir, os_errors, read_head
 from gaplens.loaders.model import TraceError
-
-Progress = Callable[[str, float], None]
 
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
 BUSY_TIMEOUT_S = 2.0

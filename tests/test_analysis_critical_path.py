@@ -6,19 +6,7 @@ import numpy as np
 import pytest
 
 from gaplens.analysis.calls import CAPTURE_HINT
-from gaplens.analysis.critical_path import (
-    HOST,
-    LAUNCH,
-    SEG_DEVICE,
-    SEG_HOST,
-    SEG_SYNC,
-    SEG_WAIT,
-    STREAM,
-    SYNC_EDGE,
-    WAIT,
-    critical_path,
-    graph,
-)
+from gaplens.analysis.critical_path import Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import analyse_gaps, blank_regions, largest_on_critical_path
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.model import Device, Kind, Meta
@@ -57,9 +45,9 @@ def test_launch_stream_sync_and_host_edges_in_order():
     sync = _op(tr, "cudaStreamSynchronize")
     # From the source: k1 (via its launch), k2 (stream), the sync exit, the launch of k3, k3.
     assert path.nodes.tolist()[-5:] == [k1, k2, sync, n + int(tr.launch[k3]), k3]
-    assert _edges(tr, path)[-4:] == [STREAM, SYNC_EDGE, HOST, LAUNCH]
+    assert _edges(tr, path)[-4:] == [Edge.STREAM, Edge.SYNC, Edge.HOST, Edge.LAUNCH]
     g = graph(tr)
-    assert g.binding[k1] == LAUNCH and g.binding[k2] == STREAM and g.binding[k3] == LAUNCH
+    assert g.binding[k1] == Edge.LAUNCH and g.binding[k2] == Edge.STREAM and g.binding[k3] == Edge.LAUNCH
     assert g.blocking.tolist() == [sync] and g.awaited.tolist() == [k2]
 
 
@@ -70,9 +58,9 @@ def test_path_segments_tile_the_window():
     assert s[0] == 12 and e[-1] == 400
     assert np.all(s[1:] == e[:-1]), "segments are contiguous in time"
     kinds = dict(zip(zip(s.tolist(), e.tolist(), strict=True), path.seg_kind.tolist(), strict=True))
-    assert kinds[(150, 155)] == SEG_SYNC
-    assert kinds[(155, 300)] == SEG_HOST
-    assert kinds[(100, 150)] == SEG_DEVICE
+    assert kinds[(150, 155)] == Seg.SYNC
+    assert kinds[(155, 300)] == Seg.HOST
+    assert kinds[(100, 150)] == Seg.DEVICE
 
 
 def test_gap_after_sync_is_on_path_and_split_by_thread_time():
@@ -119,7 +107,7 @@ def test_synchronous_copy_is_a_sync_edge():
     copy_call = _op(tr, "cudaMemcpy")
     copy = _op(tr, "Memcpy DtoH")
     assert g.blocking.tolist() == [copy_call] and g.awaited.tolist() == [copy]
-    assert g.binding[copy] == STREAM  # arrived with the call's start, then queued behind k1
+    assert g.binding[copy] == Edge.STREAM  # arrived with the call's start, then queued behind k1
     path = critical_path(tr)
     assert copy_call in path.nodes.tolist() and copy in path.nodes.tolist()
     gap = analyse_gaps(tr)[0]
@@ -145,7 +133,7 @@ def test_recorded_event_wait_is_a_cross_stream_edge():
     tr = b.trace()
     k1, k2 = _op(tr, "k1"), _op(tr, "k2")
     g = graph(tr)
-    assert g.binding[k2] == WAIT and g.pred[k2] == k1
+    assert g.binding[k2] == Edge.WAIT and g.pred[k2] == k1
     path = critical_path(tr)
     assert path.nodes.tolist()[-2:] == [k1, k2]
 
@@ -157,7 +145,7 @@ def test_unrecorded_delay_is_not_host_time():
     b.launch(20, 30, 1_000_000, 1_000_100, name="k2")  # queued, starts 1 ms later
     tr = b.trace()
     path = critical_path(tr)
-    assert SEG_WAIT in path.seg_kind.tolist() or 3 in path.seg_kind.tolist()
+    assert Seg.WAIT in path.seg_kind.tolist() or 3 in path.seg_kind.tolist()
     gap = analyse_gaps(tr)[0]
     assert not gap.on_critical_path
     assert "queued before the gap" in gap.message
@@ -181,7 +169,8 @@ def test_gaps_at_window_edges():
     assert spans == [(0, 12), (150, 312), (400, 500)]
     head, _, tail = gaps
     assert head.cause == "launch" and head.shares["launch"] == pytest.approx(10 / 12, abs=1e-3)
-    assert tail.cause == "unknown" and "no GPU work follows" in tail.message
+    # After the last op nothing is in flight on the host and nothing is queued: nothing was asked.
+    assert tail.cause == "idle" and "nothing was asked" in tail.message
     assert not tail.on_critical_path
     # A window that starts inside the busy stretch clips the gap list and the path.
     inner = analyse_gaps(tr, window=(200, 350))

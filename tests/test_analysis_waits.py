@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gaplens.analysis.busy import gpu_work
-from gaplens.analysis.critical_path import WAIT, graph
+from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.waits import event_waits
 from gaplens.loaders.kineto_cols import Context
 from gaplens.loaders.kineto_slow import from_lines
@@ -58,8 +58,8 @@ def test_waiting_stream_beats_the_next_launch_of_the_thread():
     k1, k2, other = _op(tr, "k1"), _op(tr, "k2"), _op(tr, "other")
     assert _pairs(tr) == [(k2, k1)]
     g = graph(tr)
-    assert g.binding[k2] == WAIT and g.pred[k2] == k1
-    assert g.binding[other] != WAIT
+    assert g.binding[k2] == Edge.WAIT and g.pred[k2] == k1
+    assert g.binding[other] != Edge.WAIT
 
 
 def test_approximation_without_the_waiting_stream_picks_the_next_launch():
@@ -85,7 +85,7 @@ def test_awaited_op_is_the_last_before_the_event_record():
     k1, k2 = _op(tr, "k1"), _op(tr, "k2")
     assert _pairs(tr) == [(k2, k1)]
     g = graph(tr)
-    assert g.binding[k2] == WAIT and g.pred[k2] == k1
+    assert g.binding[k2] == Edge.WAIT and g.pred[k2] == k1
 
 
 def test_without_the_record_call_the_wait_call_bounds_the_awaited_op():
@@ -117,7 +117,7 @@ def test_an_op_waiting_on_two_events_waits_on_the_later_one():
     g = graph(tr)
     k = _op(tr, "k")
     assert sorted(_pairs(tr)) == sorted([(k, _op(tr, "a")), (k, _op(tr, "c"))])
-    assert g.binding[k] == WAIT and g.pred[k] == _op(tr, "c")
+    assert g.binding[k] == Edge.WAIT and g.pred[k] == _op(tr, "c")
 
 
 @pytest.fixture(scope="module")

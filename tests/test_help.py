@@ -10,7 +10,7 @@ from gaplens.tui.app import make_app
 from gaplens.tui.keys import KEYS, key_names
 from gaplens.tui.protocol import PROTOCOL_KEYS
 from tests.conftest import loaded
-from tests.test_tui_pilot import ready
+from tests.pilot import readings_ready
 
 _TEXT = re.compile(r'<text class="[^"]*" x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)</text>')
 
@@ -32,7 +32,7 @@ def test_help_screen_lists_the_viewer_and_protocol_keys():
 
     async def main() -> None:
         async with app.run_test(size=(120, 70)) as pilot:
-            await ready(app, pilot)
+            await readings_ready(app, pilot)
             await pilot.press("question_mark")
             assert type(app.screen).__name__ == "HelpScreen"
             lines.extend(screen_lines(app.export_screenshot()))

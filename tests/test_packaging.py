@@ -64,3 +64,18 @@ def test_python_dash_m_gaplens(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert '"format": "kineto"' in out.stdout
+
+
+def test_python_in_the_checkout_imports_the_layers_beside_gaplens(tmp_path):
+    """`python -c "import gaplens; gaplens.load(...)"` in the repository root, with gaplens installed (not
+    editable): the checkout's ``gaplens/`` comes first on sys.path and must still find ``loaders/`` and the rest."""
+    import sysconfig
+
+    code = "import gaplens, gaplens.loaders, gaplens.analysis.gaps; print(gaplens.loaders.__file__)"
+    # -S: no site hooks, so no editable-install finder does the mapping for us; the dependencies come from PYTHONPATH.
+    env = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": ""}
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(ROOT / "loaders" / "__init__.py")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gaplens.analysis.busy import gpu_window
-from gaplens.analysis.gaps import blank_regions
+from gaplens.analysis.gaps import analyse_gaps, blank_regions
 from gaplens.analysis.notes import Notes
-from gaplens.analysis.protocol import Walkthrough, busy_verdict, phase_rows
+from gaplens.analysis.protocol import Walkthrough, phase_rows
+from gaplens.analysis.words import STEP_TITLES, busy_verdict
 from tests.conftest import loaded
 
 
@@ -39,7 +40,7 @@ def test_eager_steps(eager: Walkthrough) -> None:
     # 2: phases from the record_function ranges, drawn as a row.
     assert s2.view.show_phases
     names = " ".join(s2.facts)
-    for phase in ("prefill", "decode", "32 × decode_step N", "postprocess"):
+    for phase in ("prefill", "decode", "32 × decode_step", "postprocess"):
         assert phase in names
     # 3: fit, busy overall and per phase with a plain verdict (README: ~6 % busy).
     assert s3.view.window_ns == gpu_window(trace)
@@ -57,12 +58,14 @@ def test_eager_steps(eager: Walkthrough) -> None:
     for i in s5.view.select:  # the ops on either side touch it; the host work overlaps it
         assert trace.start_ns[i] <= g.end_ns and trace.end_ns[i] >= g.start_ns
     assert any(f.startswith("evidence: ") for f in s5.facts)
-    assert s5.facts[0].startswith("cause: launch")  # eager decode is launch-bound
-    # This region is the profiler flushing its buffers (overhead lane): say so rather than blame the code.
-    assert any(f.startswith("note: profiler overhead (Activity Buffer Request) covers 9") for f in s5.facts)
-    # 6: the lever of the smell at the gap, offered as the experiment, and the compare command.
-    assert s6.facts[0] == "closest smell: launch picket fence"
-    assert s6.facts[1].startswith("lever: ") and "CUDA graphs" in s6.facts[1]
+    # 2 ms in decode_step 5 in which the thread ran no CPU op and no CUDA call: host time, not launches.
+    assert s5.facts[0].startswith("cause: host")
+    # The profiler's own buffer flush (2.81 ms, 96% "Activity Buffer Request") is larger but is no finding.
+    flush = [r for r in blank_regions(trace) if r.dur_ns > g.dur_ns]
+    assert flush and all(f.cause == "profiler" for f in analyse_gaps(trace) if f.dur_ns > g.dur_ns)
+    # 6: the lever of the smell the cause points at, offered as the experiment, and the compare command.
+    assert s6.facts[0].startswith("closest smell: host island")
+    assert s6.facts[1].startswith("lever: ")
     assert s6.suggestion == s6.facts[1].removeprefix("lever: ")
     assert any("gaplens compare" in f for f in s6.facts)
     assert s6.view.highlight_ns == s4.view.highlight_ns
@@ -78,10 +81,10 @@ def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
     assert any(f.startswith("tokenize: mostly waiting: 0% busy") for f in smells.step(3).facts)
     # The host island is also the largest blank region of all, and it is on the critical path.
     assert g.dur_ns == max(r.dur_ns for r in blank_regions(smells.trace))
-    assert g.on_critical_path and smells.critical_path_analysed
+    assert g.on_critical_path
     assert smells.step(5).facts[0].startswith("cause: host")
     assert not any("profiler overhead" in f for f in smells.step(5).facts)
-    assert smells.step(6).facts[0] == "closest smell: host island"
+    assert smells.step(6).facts[0].startswith("closest smell: host island (host island in 2 of 2 tokenize")
     assert "on the critical path" in s4.facts[0]
 
 
@@ -100,23 +103,19 @@ def test_phase_rows_apply_renames_and_marks() -> None:
     assert rows[0].name == "my range" and rows[0].source == "user"
 
 
-def test_protocol_markdown_quotes_answers_once(smells: Walkthrough) -> None:
-    from gaplens.analysis.protocol import protocol_markdown
+def test_report_quotes_answers_once(smells: Walkthrough) -> None:
+    """The viewer's export and `gaplens report` are one text: the walkthrough's steps, the user's words."""
+    from gaplens.analysis.report import report_markdown
 
     n = Notes()
     n.set_answer(1, "toy loop, batch 1")
     n.set_answer(6, "tokenize in a worker thread")
     n.experiment = "tokenize in a worker thread"
     n.add_note("host island starts here", 15_000_000)
-    md = protocol_markdown(smells, n)
-    assert md.startswith("# Reading of smells.json.gz")
+    md = report_markdown(smells.trace, n, smells)
+    assert md.startswith("# gaplens report: smells.json.gz")
     assert [line for line in md.splitlines() if line.startswith("## ")][:6] == [
-        "## 1. Name the workload",
-        "## 2. Mark the phases",
-        "## 3. Zoom out",
-        "## 4. Zoom in",
-        "## 5. Explain the blank region",
-        "## 6. Propose one experiment",
+        f"## {k}. {title}" for k, title in STEP_TITLES.items()
     ]
     assert md.count("tokenize in a worker thread") == 1
     assert "> toy loop, batch 1" in md and "host island starts here" in md
@@ -144,8 +143,9 @@ def test_gpu_only_trace_asks_for_a_better_trace() -> None:
     trace = cols.finish(Meta("nsys", devices=[Device(0, "GPU 0")]), None)
     walk = Walkthrough(trace)
     assert walk.gap is not None and (walk.gap.start_ns, walk.gap.end_ns) == (100, 300)
-    assert "largest blank region:" in walk.step(4).facts[0]  # not claimed to be on the critical path
+    s4 = walk.step(4).facts[0]
+    assert s4.startswith("largest blank region:") and "lacks the host side" in s4  # not claimed on the path
     s5 = walk.step(5)
-    assert s5.facts[0] == "cause: unknown"  # not "unknown 100%"
-    assert any(f.startswith("collect a better trace") and "torch.profiler" in f for f in s5.facts)
-    assert walk.step(6).facts[0].startswith("no smell explains this region yet")
+    assert s5.facts[0].startswith("cause: unknown")
+    assert any("torch.profiler" in f for f in s5.facts)
+    assert walk.step(6).facts[1].startswith("lever: collect a better trace first")

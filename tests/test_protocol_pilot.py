@@ -14,6 +14,7 @@ from gaplens.tui.app import make_app
 from gaplens.tui.notes_panel import LineInput, NotesPanel
 from gaplens.tui.protocol_panel import ProtocolPanel
 from tests.conftest import sample
+from tests.pilot import readings_ready
 
 SIZE = (160, 48)
 
@@ -26,16 +27,6 @@ def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request) -> Path
     dst = tmp_path / name
     shutil.copyfile(sample(name), dst)
     return dst
-
-
-async def _ready(app, pilot):
-    for _ in range(400):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if app.model is not None and app.model.readings.gaps and app.query("#timeline"):
-            return app.timeline
-        await asyncio.sleep(0.02)
-    raise AssertionError("the app never finished loading")
 
 
 async def _walk_ready(app, pilot) -> ProtocolPanel:
@@ -63,7 +54,7 @@ def test_walk_all_six_steps(trace_copy: Path) -> None:
 
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            tl = await _ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             trace = app.model.trace
             await pilot.press("P")
             panel = await _walk_ready(app, pilot)
@@ -148,7 +139,7 @@ def test_answers_notes_and_phases_survive_a_restart(trace_copy: Path) -> None:
 
     async def first() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            tl = await _ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             await pilot.press("P")
             await _walk_ready(app, pilot)
             await pilot.press("e", "ctrl+u", *"llama", "enter")
@@ -181,7 +172,7 @@ def test_answers_notes_and_phases_survive_a_restart(trace_copy: Path) -> None:
 
     async def second() -> None:
         async with again.run_test(size=SIZE) as pilot:
-            tl = await _ready(again, pilot)
+            tl = await readings_ready(again, pilot)
             assert again.notes.answers[1] == "llama"
             assert {n.text for n in again.notes.notes} == {"slow", "sync"}
             assert any(p.name == "mine" for p in again.model.readings.phases)
@@ -215,7 +206,7 @@ def test_rename_a_phase(trace_copy: Path) -> None:
 
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            tl = await _ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             from gaplens.tui.navigate import Selection
 
             prefill = next(p for p in app.model.readings.phases if p.name == "tokenize")
@@ -235,7 +226,7 @@ def test_export_writes_markdown_and_svg(trace_copy: Path) -> None:
 
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            await _ready(app, pilot)
+            await readings_ready(app, pilot)
             await pilot.press("P")
             await _walk_ready(app, pilot)
             await pilot.press("e", "ctrl+u", *"batch 4", "enter")
@@ -254,7 +245,7 @@ def test_palette_lists_protocol_commands(trace_copy: Path) -> None:
 
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            await _ready(app, pilot)
+            await readings_ready(app, pilot)
             titles = [c.title for c in app.get_system_commands(app.screen)]
             assert "Guided reading: the six-step protocol" in titles
             assert "Pin a note to the cursor or the selected event" in titles
@@ -267,7 +258,7 @@ def test_evidence_is_cleared_when_protocol_closes(trace_copy: Path) -> None:
 
     async def main() -> None:
         async with app.run_test(size=SIZE) as pilot:
-            tl = await _ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             await pilot.press("P")
             await _walk_ready(app, pilot)
             for _ in range(4):
@@ -284,13 +275,13 @@ import asyncio, os, signal, sys
 sys.path.insert(0, {root!r})
 from gaplens.analysis import notes as notes_mod
 from gaplens.tui.app import make_app
-from tests.test_protocol_pilot import _ready
+from tests.pilot import readings_ready
 
 app = make_app({trace!r})
 
 async def main():
     async with app.run_test(size=(120, 40)) as pilot:
-        await _ready(app, pilot)
+        await readings_ready(app, pilot)
         await pilot.press("b", *"first", "enter")  # saved whole
         # The next save dies between writing the temp file and renaming it over.
         notes_mod.os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaplens.analysis.gaps import analyse_gaps, largest_on_critical_path
+from gaplens.analysis.gaps import analyse_gaps, the_gap
 from gaplens.analysis.phases import phases
 from gaplens.analysis.workload import input_shapes, step_families
 from gaplens.loaders import load
@@ -33,7 +33,7 @@ def test_cuda_only_capture_says_what_the_host_did_is_not_visible():
     assert int((trace.kind == Kind.KERNEL).sum()) == 800
     assert "cpu_ops" in trace.meta.lacks
     assert not np.isin(trace.kind, [Kind.CPU_OP, Kind.PYTHON, Kind.ANNOTATION]).any()
-    g = largest_on_critical_path(trace)
+    g = the_gap(trace)
     # The host pause: 20.32 ms between the CUDA events around it (the gap is that minus launch latency).
     assert g is not None and g.dur_ns / 1e6 == pytest.approx(_truth("gpu_only")["host_pause"], rel=0.1)
     assert "ProfilerActivity.CPU" in g.message

@@ -13,9 +13,9 @@ from gaplens.tui.details import describe
 from gaplens.tui.lanetree import DEPTH_CAP, RowKind, build_tree, gutter_label, visible_rows
 from gaplens.tui.navigate import Selection
 from gaplens.tui.readings import compute
-from gaplens.tui.timeline import Timeline
 from gaplens.tui.viewmodel import build_model, with_readings
 from tests.conftest import loaded
+from tests.pilot import readings_ready
 
 
 def test_lane_tree_orders_devices_first_and_caps_depth():
@@ -75,12 +75,7 @@ def test_untrusted_names_never_reach_the_terminal():
 
     async def main() -> None:
         async with app.run_test(size=(100, 20)) as pilot:
-            for _ in range(50):
-                await app.workers.wait_for_complete()
-                await pilot.pause()
-                if app.model is not None and app.model.readings.gaps is not None and app.query(Timeline):
-                    break
-            tl = app.query_one(Timeline)
+            tl = await readings_ready(app, pilot)
             await pilot.press("w")
             texts = [tl.render_row(i).text for i in range(len(tl.rows))]
             texts.append(str(app.query_one("#header").render()))

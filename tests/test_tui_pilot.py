@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-from textual.worker import WorkerCancelled
 
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.tui.app import GaplensApp, make_app
@@ -15,23 +14,9 @@ from gaplens.tui.keys import KEYS
 from gaplens.tui.lanetree import RowKind
 from gaplens.tui.timeline import Timeline
 from tests.conftest import loaded, sample
+from tests.pilot import readings_ready
 
 Body = Callable[[GaplensApp, object, Timeline], Awaitable[None]]
-
-
-async def ready(app: GaplensApp, pilot) -> Timeline:
-    """Wait for the loading worker and the messages it posted (model, then readings)."""
-    for _ in range(200):
-        if app.return_code is not None:
-            return None
-        try:
-            await app.workers.wait_for_complete()
-        except WorkerCancelled:  # the app exited (unusable input)
-            return None
-        await pilot.pause()
-        if app.model is not None and app.model.readings.phases:
-            break
-    return app.query_one(Timeline)
 
 
 def drive(name: str, body: Body, size=(120, 40)) -> GaplensApp:
@@ -39,7 +24,7 @@ def drive(name: str, body: Body, size=(120, 40)) -> GaplensApp:
 
     async def main() -> None:
         async with app.run_test(size=size) as pilot:
-            tl = await ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             await body(app, pilot, tl)
 
     asyncio.run(main())
@@ -51,7 +36,7 @@ def test_loads_a_path_in_a_worker_and_shows_the_header():
 
     async def main() -> None:
         async with app.run_test(size=(100, 30)) as pilot:
-            tl = await ready(app, pilot)
+            tl = await readings_ready(app, pilot)
             header = str(app.query_one("#header").render())
             assert "smells.json.gz" in header and "GPU busy" in header and "NVIDIA H200" in header
             assert tl.rows and tl.rows[0].kind == RowKind.BUSY  # the device leads
@@ -68,7 +53,7 @@ def test_unusable_file_exits_with_status_2(tmp_path):
 
     async def main() -> None:
         async with app.run_test() as pilot:
-            await ready(app, pilot)
+            await readings_ready(app, pilot)
 
     asyncio.run(main())
     assert app.return_code == 2 and "not a trace" in app.error

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from recording import Timer, both, phase, write_outputs  # noqa: E402
+from recording import Timer, both, phase, write_outputs
 
 
 class Net(nn.Module):
@@ -39,7 +39,7 @@ class Net(nn.Module):
         self.head = nn.Linear(dim, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for lin, norm in zip(self.layers, self.norms):
+        for lin, norm in zip(self.layers, self.norms, strict=False):
             x = x + F.gelu(lin(norm(x)))
         return self.head(x)
 

@@ -27,7 +27,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from recording import Decoder, Timer, both, write_outputs  # noqa: E402
+from recording import Decoder, Timer, both, write_outputs
 
 
 def tokenize(rng: random.Random, n: int) -> list[int]:
@@ -97,7 +97,7 @@ def main() -> None:
                             nxt = model(tok, cache, pos).argmax(-1)
                             pos += 1
                 with both(timer, "detokenize"):
-                    text = [" ".join(f"<{t}>" for t in col) for col in zip(*out)]
+                    text = [" ".join(f"<{t}>" for t in col) for col in zip(*out, strict=False)]
             requests.append({"request": r, "spans": timer.results(), "chars": sum(map(len, text))})
     torch.cuda.synchronize()
     if prof is not None:

@@ -103,7 +103,9 @@ class Decoder(nn.Module):
         hd = self.dim // self.heads
         shape = (batch, self.heads, max_seq, hd)
         dev = self.embed.weight.device
-        return [(torch.zeros(shape, device=dev, dtype=dtype), torch.zeros(shape, device=dev, dtype=dtype)) for _ in self.qkv]
+        return [
+            (torch.zeros(shape, device=dev, dtype=dtype), torch.zeros(shape, device=dev, dtype=dtype)) for _ in self.qkv
+        ]
 
 
 def env_info() -> dict:
@@ -116,7 +118,9 @@ def env_info() -> dict:
     }
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info.update(gpu_name=props.name, gpu_sm_count=props.multi_processor_count, gpu_cc=f"{props.major}.{props.minor}")
+        info.update(
+            gpu_name=props.name, gpu_sm_count=props.multi_processor_count, gpu_cc=f"{props.major}.{props.minor}"
+        )
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             info["driver"] = subprocess.run(
                 ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],

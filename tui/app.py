@@ -20,12 +20,15 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from gaplens.analysis.units import fmt_ns
 from gaplens.loaders import TraceError, load
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.details import Details
+from gaplens.tui.finders import FinderApp
 from gaplens.tui.keys import KEYS, key_names
 from gaplens.tui.protocol import ProtocolApp
 from gaplens.tui.readings import compute
@@ -58,22 +61,30 @@ class LoadFailed(Message):
 
 
 class Ruler(Static):
-    """Tick labels over the timeline, in the unit that suits the zoom."""
+    """Tick labels over the timeline, in the unit that suits the zoom, and the markers A/B."""
 
-    def show(self, vp: Viewport, gutter: int) -> None:
-        self.update(Text(" " * gutter + ruler_text(vp), no_wrap=True, overflow="crop"))
+    def show(self, vp: Viewport, gutter: int, markers: dict[str, float] | None = None) -> None:
+        chars = list(ruler_text(vp))
+        for name, t in (markers or {}).items():
+            col = vp.col_of(t)
+            if 0 <= col < len(chars):
+                chars[col] = name.upper()
+        self.update(Text(" " * gutter + "".join(chars), no_wrap=True, overflow="crop"))
 
 
-class GaplensApp(ProtocolApp):
+class GaplensApp(FinderApp, ProtocolApp):
     CSS_PATH = "app.tcss"
     TITLE = "gaplens"
     # The timeline binds q too; this one also works while a big trace is still loading.
     BINDINGS: ClassVar = [Binding("q", "quit", "quit", show=False)]
 
     def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
-        super().__init__()
+        # NO_COLOR (set at all, as Textual reads it) means no colour: Textual's NoColor filter, which it
+        # picks for ANSI colour; its default for truecolor themes, Monochrome, still sends greys.
+        no_color = "NO_COLOR" in os.environ
+        super().__init__(ansi_color=True if no_color else None)
         self.source = source
-        self.mono = bool(os.environ.get("NO_COLOR")) if mono is None else mono
+        self.mono = no_color if mono is None else mono
         self.model: TimelineModel | None = None
         self.error: str | None = None
         self.last_search = ""
@@ -92,11 +103,14 @@ class GaplensApp(ProtocolApp):
         self._loading = Vertical(self._stage, self._progress, id="loading")
         self._ruler = Ruler(id="ruler")
         self._details = Details(id="details")
+        self._hint = Static(id="hint")
+        self._hint_timer: Timer | None = None
         self._timeline: Timeline | None = None
         yield self._header
         yield self._loading
         yield self._ruler
         yield self._details
+        yield self._hint
         yield Footer()
 
     def on_mount(self) -> None:
@@ -187,7 +201,7 @@ class GaplensApp(ProtocolApp):
 
     def on_viewport_changed(self, msg: ViewportChanged) -> None:
         if self._timeline is not None:
-            self._ruler.show(msg.viewport, self._timeline.label_width)
+            self._ruler.show(msg.viewport, self._timeline.label_width, self._timeline.markers)
             self._update_header()
 
     def on_selection_changed(self, msg: SelectionChanged) -> None:
@@ -202,10 +216,26 @@ class GaplensApp(ProtocolApp):
         parts = self.model.header_parts(tl.phase if tl else None)
         if tl is not None:
             parts.append((2, f"view {ruler_span(tl.viewport)}"))
+            if tl.search_text:
+                shown = clean_name(tl.search_text)
+                parts.append((3, f"/{shown} {tl.matches.size:,} · {fmt_ns(tl.match_total_ns())}"))
+            if tl.markers:
+                parts.append((4, tl.marker_text()))
         if self.analysing:  # blank regions and phases are still being computed (seconds on 1M+ events)
             parts.append((6, "analysing gaps…"))
         text = fit_parts(parts, self._header.content_region.width or self.size.width - 2)
         self._header.update(Text(text, no_wrap=True, overflow="ellipsis"))
+
+    def show_hint(self, text: str, seconds: float = 10.0) -> None:
+        """A one-line hint above the footer: it takes its own line (covers nothing) and goes after a while."""
+        self._hint.update(Text(text, no_wrap=True, overflow="ellipsis"))
+        self._hint.display = True
+        if self._hint_timer is not None:
+            self._hint_timer.stop()
+        self._hint_timer = self.set_timer(seconds, self._hide_hint)
+
+    def _hide_hint(self) -> None:
+        self._hint.display = False
 
     # ---- app-level actions ------------------------------------------------------
     def action_help(self) -> None:
@@ -226,7 +256,11 @@ class GaplensApp(ProtocolApp):
             self.last_search = text
             n = self.timeline.set_search(text)
             shown = clean_name(text)  # typed text, but never markup or control codes
-            self.notify(f"{n:,} events match {shown!r}" if n else f"nothing matches {shown!r}", markup=False)
+            total = fmt_ns(self.timeline.match_total_ns())
+            found = f"{n:,} events match {shown!r}, {total} in total; n/N step through them, zoomed to each"
+            # On the status line, not a toast: a toast would cover the details of the first match.
+            self.show_hint(found if n else f"nothing matches {shown!r}", 6.0)
+            self._update_header()
 
         self.push_screen(SearchScreen(self.last_search), done)
 
@@ -246,7 +280,7 @@ class GaplensApp(ProtocolApp):
             lo, hi = tl.bounds()
             tl.set_viewport(Viewport.fit(lo, hi, tl.cols))
 
-        self.push_screen(PhaseScreen(phases), done)
+        self.push_screen(PhaseScreen(phases, self.model.trace.meta.processes), done)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         """The palette lists every action of the viewer, with its keys."""
@@ -272,8 +306,6 @@ def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " · ") -> st
 
 
 def ruler_span(vp: Viewport) -> str:
-    from gaplens.analysis.units import fmt_ns
-
     return f"{fmt_ns(vp.span_ns)} ({fmt_ns(vp.ns_per_col)}/col)"
 
 

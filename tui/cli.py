@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from gaplens.loaders import TraceError
 from gaplens.tui.commands.common import load_trace, print_json
 
-COMMANDS = ("summary", "gaps", "smells", "report", "compare", "ranks")
+COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks")
 
 
 def bundled_sample() -> str:
@@ -38,13 +38,19 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from gaplens.tui.commands import compare, ranks, readings
+    from gaplens.tui.commands import compare, export, ranks, readings
 
-    return {"summary": cmd_summary, **readings.COMMANDS, "compare": compare.run, "ranks": ranks.run}
+    return {
+        "summary": cmd_summary,
+        **readings.COMMANDS,
+        "compare": compare.run,
+        "export": export.run,
+        "ranks": ranks.run,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gaplens.tui.commands import compare, readings
+    from gaplens.tui.commands import compare, export, readings
 
     parser = argparse.ArgumentParser(
         prog="gaplens",
@@ -57,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="rows per top list (default 10)")
     readings.add_parsers(sub)
     compare.add_parser(sub)
+    export.add_parser(sub)
     from gaplens.tui.commands import ranks  # a job (issue 12)
 
     ranks.add_parser(sub)

@@ -26,12 +26,19 @@ KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("g", "next_gap", "Next blank region", True),
     ("G", "prev_gap", "Previous blank region", False),
     ("c", "largest_gap", "Largest blank region on the critical path", True),
+    ("x", "next_largest_gap", "Next blank region by size (largest first)", False),
+    ("X", "prev_largest_gap", "Previous blank region by size (the larger one)", False),
     ("o", "flow", "Follow the flow: launch ↔ GPU op", True),
-    ("space", "toggle_row", "Collapse / expand the row's group", False),
+    ("space", "toggle_row", "Collapse / expand the row's group; on a +N row, every level of the stack", False),
     ("slash", "app.search", "Search by name", True),
     ("n", "next_match", "Next match", False),
     ("N", "prev_match", "Previous match", False),
     ("p", "app.phase", "Filter to a phase", True),
+    ("T", "app.stats", "Statistics: kernels, CUDA API, ranges (a row lists its instances)", True),
+    ("L", "app.lists", "Lists: blank regions (largest first) and smells", True),
+    ("t,colon", "app.goto_time", "Go to a time (12.5ms, 300us, 1.2s)", False),
+    ("1", "set_marker('a')", "Set or clear marker A at the time cursor", False),
+    ("2", "set_marker('b')", "Set or clear marker B at the time cursor (A→B time in the header)", False),
     ("P", "app.protocol", "Guided reading: the six-step protocol", False),
     ("i", "app.toggle_details", "Show / hide details", False),
     ("escape", "clear", "Clear selection and search", False),
@@ -55,18 +62,36 @@ _SHORT = {
     "flow": "flow",
     "app.search": "search",
     "app.phase": "phase",
+    "app.stats": "stats",
+    "app.lists": "lists",
     "app.protocol": "guide",
     "app.help": "help",
     "app.quit": "quit",
 }
 
 
-# Shown first in the footer: at 80 columns the end of the footer is cut, and "? help" must survive.
-_FOOTER_FIRST = ("app.help", "app.quit")
+# Footer order: at 80 columns its end is cut, so help and the keys that answer "why is the GPU
+# idle?" come first, and the zoom keys (also on the mouse and in help) last.
+FOOTER_ORDER = (
+    "app.help",
+    "app.quit",
+    "app.search",
+    "largest_gap",
+    "next_gap",
+    "flow",
+    "app.phase",
+    "app.stats",
+    "app.lists",
+    "select",
+    "fit",
+    "zoom_in",
+    "zoom_out",
+)
 
 
 def bindings() -> list[BindingType]:
-    rows = sorted(KEYS, key=lambda k: k[1] not in _FOOTER_FIRST)  # stable: the rest keep their order
+    rank = {action: k for k, action in enumerate(FOOTER_ORDER)}
+    rows = sorted(KEYS, key=lambda k: rank.get(k[1], len(rank)))  # stable: the rest keep their order
     return [
         Binding(keys, action, _SHORT.get(action, desc), show=show, key_display=_display(keys))
         for keys, action, desc, show in rows
@@ -83,6 +108,7 @@ def _display(keys: str) -> str:
         "space": "space",
         "shift+left": "⇧←",
         "shift+right": "⇧→",
+        "colon": ":",
     }
     return "/".join(names.get(k, k) for k in keys.split(",")[:2])
 

@@ -53,6 +53,7 @@ class Node:
     key: str
     rows: list[Row] = field(default_factory=list)  # the header row first
     children: list[Node] = field(default_factory=list)
+    extra: list[Row] = field(default_factory=list)  # sub-rows beyond the cap, drawn when the lane is expanded
 
 
 def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) -> list[Node]:
@@ -117,6 +118,10 @@ def build_tree(trace: Trace, phase_depths: int = 0, depth_cap: int = DEPTH_CAP) 
                     heads=d == 0 and len(rows) > 1,
                 )
             )
+        node.extra = [
+            Row(RowKind.EVENTS, "", indent, key, trace_row=r, lane=lane.id, device=lane.device, depth=d)
+            for d, r in enumerate(rows[depth_cap:], start=depth_cap)
+        ]
         parent.children.append(node)
     # Devices first: "is the GPU busy?" is the first question, so its rows lead.
     return [devices[d] for d in sorted(devices)] + top
@@ -136,12 +141,18 @@ def group_of(row: Row, trace: Trace) -> str:
     return row.node
 
 
-def visible_rows(nodes: list[Node], collapsed: set[str], deep: Mapping[int, int] | None = None) -> list[Row]:
+def visible_rows(
+    nodes: list[Node],
+    collapsed: set[str],
+    deep: Mapping[int, int] | None = None,
+    expanded: set[str] | frozenset[str] = frozenset(),
+) -> list[Row]:
     """Rows in display order; a collapsed node keeps only its header row.
 
     ``deep`` maps a lane to a depth below the cap that its "+N" row shows instead of
     the cap's own depth, so a selected event nested deeper than the drawn sub-rows
-    still has a row (its label says which depth it is).
+    still has a row (its label says which depth it is). An ``expanded`` lane draws
+    every sub-row of its stack instead.
     """
     out: list[Row] = []
 
@@ -149,7 +160,10 @@ def visible_rows(nodes: list[Node], collapsed: set[str], deep: Mapping[int, int]
         if node.key in collapsed:
             out.extend(node.rows[:1])
             return
-        out.extend(node.rows if not deep else (_deeper(r, deep) for r in node.rows))
+        if node.key in expanded and node.extra:
+            out.extend([*node.rows[:-1], replace(node.rows[-1], more=0), *node.extra])
+        else:
+            out.extend(node.rows if not deep else (_deeper(r, deep) for r in node.rows))
         for child in node.children:
             walk(child)
 

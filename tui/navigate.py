@@ -13,8 +13,9 @@ import numpy as np
 
 from gaplens.analysis.gaps import Gap
 from gaplens.analysis.phases import Phase
+from gaplens.analysis.smells import Finding
 from gaplens.loaders.model import Kind, clean_name
-from gaplens.tui.lanetree import Row, RowKind, group_of
+from gaplens.tui.lanetree import DEPTH_CAP, Row, RowKind, group_of
 from gaplens.tui.viewport import Viewport
 
 if TYPE_CHECKING:
@@ -33,13 +34,14 @@ ZOOM_STEP = 0.5
 
 @dataclass(frozen=True)
 class Selection:
-    """What the details panel shows: an event, a blank region or a phase."""
+    """What the details panel shows: an event, a blank region, a phase or a smell."""
 
     t0_ns: int
     t1_ns: int
     event: int = -1
     gap: Gap | None = None
     phase: Phase | None = None
+    finding: Finding | None = None
 
 
 class TimelineActions(_Host):
@@ -55,6 +57,8 @@ class TimelineActions(_Host):
     row_cursor: int
     matches: np.ndarray
     match_order: np.ndarray
+    expanded: set[str]
+    search_text: str
     _gap_floor: float | None = None
 
     if TYPE_CHECKING:  # what ``Timeline`` provides; the signatures are checked against its definitions
@@ -65,8 +69,12 @@ class TimelineActions(_Host):
         def select(self, sel: Selection | None) -> None: ...
         def current_row(self) -> Row | None: ...
         def set_row_cursor(self, i: int) -> None: ...
-        def toggle(self, node: str) -> None: ...
+        def scroll_to_region_row(self, i: int) -> None: ...
+        def repaint_rows(self, rows: set[int]) -> None: ...
+        def toggle(self, node: str, expand: bool = False) -> None: ...
         def reveal_lane(self, lane: int, depth: int) -> None: ...
+        def show_event(self, i: int) -> None: ...
+        def show_explaining(self, g: Gap) -> None: ...
         def _changed(self, viewport: bool = True) -> None: ...
 
     # ---- zoom and pan ---------------------------------------------------------
@@ -112,7 +120,12 @@ class TimelineActions(_Host):
 
     def action_toggle_row(self) -> None:
         row = self.current_row()
-        if row is not None:
+        if row is None:
+            return
+        deeper = row.kind == RowKind.EVENTS and (row.more or (row.node in self.expanded and row.depth >= DEPTH_CAP))
+        if deeper:  # the "+N" row: draw (or hide again) the rest of the stack
+            self.toggle(row.node, expand=True)
+        else:
             self.toggle(group_of(row, self.model.trace))
 
     # ---- selection ------------------------------------------------------------
@@ -155,7 +168,9 @@ class TimelineActions(_Host):
     def action_clear(self) -> None:
         self.matches = np.empty(0, np.int64)
         self.match_order = np.empty(0, np.int64)
+        self.search_text = ""
         self.select(None)
+        self._changed()  # the match marks go, and the header drops the search
 
     def select_event(self, i: int) -> None:
         """Select event ``i``, bring its row under the row cursor and its span into view."""
@@ -185,6 +200,7 @@ class TimelineActions(_Host):
         self.cursor_ns = (g.start_ns + g.end_ns) / 2
         self.set_viewport(vp)
         self.select(Selection(g.start_ns, g.end_ns, gap=g))
+        self.show_explaining(g)
 
     # ---- blank regions --------------------------------------------------------
     def action_next_gap(self) -> None:
@@ -227,11 +243,8 @@ class TimelineActions(_Host):
         if not self.model.busy:
             return "No GPU activity in this trace, so no blank regions between GPU ops"
         if r.analysed and len(r.gaps):
-            # Idle spans exist but none waited on the host: say so rather than "no blank regions".
-            return (
-                f"None of the {len(r.gaps):,} blank regions is on the critical path: the device "
-                "waited on something the trace does not record (`gaplens gaps` lists them)"
-            )
+            # Blank regions exist but none waited on the host: say so rather than "no blank regions".
+            return f"None of the {len(r.gaps):,} blank regions is on the critical path (`gaplens gaps` lists them)"
         return "No blank regions in this trace" if r.analysed else "No blank regions (still analysing?)"
 
     def action_largest_gap(self) -> None:
@@ -240,6 +253,10 @@ class TimelineActions(_Host):
             self.notify(self._no_gap_message(), severity="warning")
             return
         self.select_gap(g, frame=True)
+        if not g.on_critical_path:
+            self.notify(
+                f"{self._no_gap_message()}; this is the largest blank region ({g.cause})", severity="information"
+            )
 
     # ---- flows ----------------------------------------------------------------
     def action_flow(self) -> None:
@@ -264,6 +281,7 @@ class TimelineActions(_Host):
     # ---- search ---------------------------------------------------------------
     def set_search(self, text: str) -> int:
         m = self.model
+        self.search_text = text
         self.matches = m.search(text)
         self.match_order = self.matches[np.argsort(m.trace.start_ns[self.matches], kind="stable")]
         self._changed(viewport=False)
@@ -278,7 +296,7 @@ class TimelineActions(_Host):
         self._step_match(-1)
 
     def _step_match(self, direction: int) -> None:
-        order = getattr(self, "match_order", np.empty(0, np.int64))
+        order = self.match_order
         if order.size == 0:
             self.notify("No search matches (press / to search)", severity="information")
             return
@@ -290,4 +308,9 @@ class TimelineActions(_Host):
         else:
             k = int(np.searchsorted(starts, self.cursor_ns, "left" if direction > 0 else "right"))
             k = k if direction > 0 else k - 1
-        self.select_event(int(order[k % order.size]))
+        self.show_event(int(order[k % order.size]))  # zoomed to the match, not only scrolled to it
+
+    def match_total_ns(self) -> int:
+        """Summed duration of the search matches (what the header and the search notice report)."""
+        t = self.model.trace
+        return int((t.end_ns[self.matches] - t.start_ns[self.matches]).sum())

@@ -24,12 +24,14 @@ from textual.screen import Screen
 
 from gaplens.analysis.notes import Notes, NotesStore, atomic_write, find_event, note_for_event, state_dir
 from gaplens.analysis.phases import Phase
-from gaplens.analysis.protocol import Walkthrough, protocol_markdown
+from gaplens.analysis.protocol import Walkthrough
+from gaplens.analysis.report import report_markdown
 from gaplens.analysis.units import fmt_ns
 from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
 if TYPE_CHECKING:
+    from gaplens.tui.app import ModelReady
     from gaplens.tui.timeline import Timeline
     from gaplens.tui.viewmodel import TimelineModel
 
@@ -69,6 +71,8 @@ class ProtocolApp(App[int]):
         @property
         def timeline(self) -> Timeline: ...
 
+        def show_hint(self, text: str, seconds: float = 10.0) -> None: ...
+
     protocol_step: int = 0  # 0: protocol mode is off
     walkthrough: Walkthrough | None = None
     notes: Notes | None = None
@@ -77,19 +81,19 @@ class ProtocolApp(App[int]):
     _base_phases: list[Phase] | None = None
 
     # ---- notes follow the trace ------------------------------------------------
-    def on_model_ready(self, msg) -> None:
+    def on_model_ready(self, msg: ModelReady) -> None:
         model = self.model
         if model is None:  # the app's own handler, which runs first, has set it
             return
         if self.notes is None:
             self._open_notes(model)
-        if getattr(msg, "final", True):
+        if msg.final:
             first = self._base_phases is None
             self._base_phases = list(model.readings.phases)
             self._apply_phases()
-            # A hint for people, not for headless runs (tests, snapshots).
+            # A hint for people, on its own line (a toast would cover the rows), not for headless runs.
             if first and not self.is_headless and not self.query(ProtocolPanel):
-                self.notify("New to this trace? Press P for the six-step guided reading.", timeout=8)
+                self.show_hint("New to this trace? P walks the six-step guided reading; ? lists every key.")
 
     def _open_notes(self, model: TimelineModel) -> None:
         trace = model.trace
@@ -144,15 +148,13 @@ class ProtocolApp(App[int]):
         await self.screen.mount(ProtocolPanel(id="protocol"))
         if self.walkthrough is None:
             self.notify("Reading the trace for the walkthrough…", timeout=3)
-            readings = self.model.readings
-            gap = (readings.largest, readings.analysed) if readings.gaps else None
-            self._compute_walkthrough(self.model.trace, self.notes, gap)
+            self._compute_walkthrough(self.model.trace, self.notes)
         else:
             self._go(self.protocol_step or self._first_open_step())
 
     @work(thread=True, exclusive=True, group="protocol")
-    def _compute_walkthrough(self, trace, notes: Notes | None, gap) -> None:
-        walk = Walkthrough(trace, notes, gap=gap)
+    def _compute_walkthrough(self, trace, notes: Notes | None) -> None:
+        walk = Walkthrough(trace, notes)
         walk.steps()  # every step now, so paging through them never waits
         self.post_message(WalkthroughReady(walk))
 
@@ -221,7 +223,7 @@ class ProtocolApp(App[int]):
         if self.model is None:
             return
         tl = self.timeline
-        if len(getattr(tl, "matches", ())):
+        if tl.matches.size:
             tl.matches = np.empty(0, np.int64)
             tl.match_order = np.empty(0, np.int64)
             tl.refresh()
@@ -427,15 +429,9 @@ class ProtocolApp(App[int]):
         self.notify(f"Exported {md_path} and {svg}", timeout=10)
 
     def reading_markdown(self) -> str:
-        """The report with the user's words; the six steps of the walkthrough when no report module exists."""
+        """The report with the user's words: the same steps the panel shows, with the report's tables."""
         assert self.model is not None, "no trace loaded yet"
-        trace = self.model.trace
-        try:
-            from gaplens.analysis.report import report_markdown
-        except ImportError:
-            walk = self.walkthrough or Walkthrough(trace, self.notes)
-            return protocol_markdown(walk, self.notes)
-        return report_markdown(trace, notes=self.notes)
+        return report_markdown(self.model.trace, notes=self.notes, walk=self.walkthrough)
 
     # ---- the command palette ---------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -12,8 +12,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from gaplens.analysis.notes import STEP_TITLES
 from gaplens.analysis.protocol import Step
+from gaplens.analysis.words import STEP_TITLES
 
 KEYS_HINT = "] next · [ back · e write · b note · m mark phase · B notes · E export · P close"
 

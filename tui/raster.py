@@ -59,6 +59,7 @@ LABEL = 1 << 6  # a character of an event name inside its bar
 MATCH = 1 << 7  # a search match touches the cell
 SELECTED = 1 << 8  # the selected event covers the cell
 CURSOR = 1 << 9  # the time cursor column
+MARKER = 1 << 10  # the column of marker A or B
 
 MIN_LABEL_CELLS = 6  # a bar shorter than this shows no name (``de…`` says nothing)
 SHADES = " ░▒▓█"

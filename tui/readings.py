@@ -70,5 +70,5 @@ class Readings:
 def compute(trace: Trace) -> Readings:
     """Every reading the viewer needs, computed once per trace (in a worker)."""
     table = GapTable(trace, gap_columns(trace))
-    k = table.cols.largest_on_path() if table.cols is not None else -1
+    k = table.cols.the_index() if table.cols is not None else -1
     return Readings(table, table[k] if k >= 0 else None, phases(trace), True)

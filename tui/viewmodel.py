@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, device_busy, gpu_window
+from gaplens.analysis.busy import BusySpans, busy_share, device_busy, gpu_window
+from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import Gap
-from gaplens.analysis.phases import Phase
+from gaplens.analysis.phases import Phase, phase_busy_pct
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import CPU_KINDS, Kind, Trace, clean_name
 from gaplens.tui.lanetree import Node, Row, RowKind, build_tree
@@ -47,30 +48,34 @@ class TimelineModel:
 
     @property
     def device_label(self) -> str:
-        names = sorted({clean_name(d.name) for d in self.trace.meta.devices if d.name})
-        return ", ".join(names) or "no GPU"
-
-    def busy_share(self, t0: int | None = None, t1: int | None = None) -> float:
-        """GPU busy share over [t0, t1) (default: the GPU window), summed over devices."""
-        a, b = self.window if t0 is None else (t0, t1)
-        if b is None or b <= a or not self.busy:
-            return 0.0
-        return sum(bs.busy_in(a, b) for bs in self.busy.values()) / ((b - a) * len(self.busy))
+        devices = self.trace.meta.devices
+        names = sorted({clean_name(d.name) for d in devices if d.name})
+        return ", ".join(names) or (f"{len(devices)} GPU" if devices else "no GPU")
 
     def header(self, phase: Phase | None = None) -> str:
         return " · ".join(text for _, text in self.header_parts(phase))
 
     def header_parts(self, phase: Phase | None = None) -> list[tuple[int, str]]:
-        """(keep priority, text) of each header item in display order; the lowest goes first when narrow."""
-        a, b = (phase.start_ns, phase.end_ns) if phase else self.window
-        where = f"phase {clean_name(phase.name)}" if phase else "window"
-        return [
-            (3, self.title),
-            (1, self.device_label),
-            (4, f"{where} {fmt_ns(b - a)}"),
-            (5, f"GPU busy {100 * self.busy_share(a, b):.1f}%"),
-            (0, f"{len(self.trace):,} events"),
-        ]
+        """(keep priority, text) of each header item in display order; the lowest goes first when narrow.
+
+        The busy numbers are the ones ``gaplens summary`` prints (``analysis.busy.busy_share``); a
+        phase shows its compute share, as the phase table does.
+        """
+        if phase is not None:
+            where = f"phase {clean_name(phase.name)} {fmt_ns(phase.dur_ns)}"
+            busy = [(5, f"GPU busy {phase_busy_pct(self.trace, phase):.1f}%")]
+        else:
+            share = busy_share(self.trace)
+            where = f"window {fmt_ns(self.window[1] - self.window[0])}"
+            busy = [(5, f"GPU busy {share.busy_pct:.1f}%")]
+            if share.comm_ns:
+                busy.append((4, f"compute {share.compute_pct:.1f}%"))
+            if share.profiler_pct >= 0.5:
+                busy.append((2, f"profiler {share.profiler_pct:.1f}%"))
+        parts = [(3, self.title), (1, self.device_label), (4, where), *busy, (0, f"{len(self.trace):,} events")]
+        if clock_check(self.trace) is not None:
+            parts.insert(1, (6, "clock offset?"))
+        return parts
 
     @property
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

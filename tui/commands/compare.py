@@ -85,17 +85,14 @@ def render_text(r: dict) -> str:
     )
 
     g = r["gap"]
-    analysed = b["critical_path_analysed"]
-    title = "largest blank region on the critical path" if analysed else "largest blank region (no critical path)"
-    lines += ["", title]
+    lines += ["", "largest blank region on the critical path"]
     for side, gap in (("before", g["before"]), ("after", g["after"])):
         if gap is None:
             lines.append(f"  {side:<7} none")
             continue
         where = f" in {gap['phase']}" if gap["phase"] else ""
-        off = " (none is on the path: largest overall)" if analysed and not gap["on_critical_path"] else ""
         size = f"{fmt_ns(gap['dur_ns'])} at {fmt_ns(gap['start_ns'])}"
-        lines.append(f"  {side:<7} {size}{where}, cause {gap['cause']}{off}")
+        lines.append(f"  {side:<7} {size}{where}, cause {gap['cause']}")
     if g.get("where") and g.get("after_ns") is not None:
         lines.append(
             _row(
@@ -109,7 +106,7 @@ def render_text(r: dict) -> str:
         if per:
             lines.append(_row(f"blank per {g['where']}", fmt_ns(per[0]), fmt_ns(per[1]), ""))
 
-    lines += ["", "phases (matched by name; numbers folded to N)"]
+    lines += ["", "phases (matched by family: decode_step 7 is decode_step)"]
     lines.append(f"  {'phase':<30} {'busy before':>12} {'busy after':>12} {'span before':>12} {'span after':>12}")
     for p in r["phases"]:
         pb, pa = p["busy_pct"], p["dur_ns"]
@@ -120,6 +117,7 @@ def render_text(r: dict) -> str:
             f"{_ns(pa['before']):>12} {_ns(pa['after']):>12}"
         )
     lines += ["", f"verdict: {r['verdict']}"]
+    lines += [f"warning: {w}" for w in r["warnings"]]
     return "\n".join(lines)
 
 

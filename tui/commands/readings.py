@@ -6,42 +6,49 @@ import argparse
 import sys
 
 from gaplens.analysis.gaps import Gap, analyse_gaps, gap_json, largest
-from gaplens.analysis.phases import phases
-from gaplens.analysis.report import phase_at
+from gaplens.analysis.phases import innermost
+from gaplens.analysis.regions import device_phases
 from gaplens.analysis.units import fmt_ns
+from gaplens.analysis.words import CAUSE_WORDS
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.tui.commands.common import load_trace, print_json
 
 
-def _shares(g: Gap) -> str:
-    return " ".join(f"{c} {100 * v:.0f}%" for c, v in sorted(g.shares.items(), key=lambda kv: -kv[1]) if v >= 0.005)
-
-
 def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
-    found = phases(trace)
-    idle = sum(g.dur_ns for g in gaps)
+    blank = sum(g.dur_ns for g in gaps)
     on = [g for g in gaps if g.on_critical_path]
+    by_cause: dict[str, int] = {}
+    for g in gaps:
+        by_cause[g.cause] = by_cause.get(g.cause, 0) + g.dur_ns
+    split = ", ".join(f"{c} {fmt_ns(v)}" for c, v in sorted(by_cause.items(), key=lambda kv: -kv[1]))
     lines = [
-        f"{len(gaps):,} blank regions, {fmt_ns(idle)} idle; {len(on):,} on the critical path "
+        f"{len(gaps):,} blank regions, {fmt_ns(blank)} without compute ({split}); {len(on):,} on the critical path "
         f"({fmt_ns(sum(g.dur_ns for g in on))})",
         "",
-        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<7} {'shares':<30} phase / evidence",
+        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<8} {'shares':<30} phase / evidence",
     ]
     for k, g in enumerate(largest(gaps)[:top], 1):
-        phase = phase_at(trace, g.start_ns, g.end_ns, found)
-        ev = ", ".join(trace.name(i)[:40] for i in g.evidence[2:4])
+        inner = innermost(device_phases(trace, g.device), g.start_ns, g.end_ns)
+        phase = inner.name if inner is not None else ""
+        ev = ", ".join(trace.name(i)[:40] for i in _telling(g))
         mark = " ●" if g.on_critical_path else ""
         lines.append(
-            f"  {k:>3} {g.device:>3} {fmt_ns(g.start_ns):>10} {fmt_ns(g.dur_ns):>10} {mark:>4}  {g.cause:<7} "
-            f"{_shares(g)[:30]:<30} {phase[:30]}{' · ' if phase and ev else ''}{ev}"
+            f"  {k:>3} {g.device:>3} {fmt_ns(g.start_ns):>10} {fmt_ns(g.dur_ns):>10} {mark:>4}  {g.cause:<8} "
+            f"{g.shares_text[:30]:<30} {phase[:30]}{' · ' if phase and ev else ''}{ev}"
         )
         if g.message:
             lines.append(f"      {g.message}")
     if len(gaps) > top:
         lines.append(f"  … {len(gaps) - top:,} more (--top N)")
     lines.append("")
-    lines.append("● the critical path ran through host work during the gap: the device waited for the host")
+    lines.append("● on the critical path: the device waited for the host, or for a collective on the path")
+    lines += [f"  {c:<8} {CAUSE_WORDS[c]}" for c in by_cause]
     return "\n".join(lines)
+
+
+def _telling(g: Gap) -> list[int]:
+    """The evidence worth a name in one line: the collective or overhead row, else what the host ran."""
+    return g.evidence[:2] if g.cause in ("comm", "profiler") else g.evidence[2:4]
 
 
 def cmd_gaps(args: argparse.Namespace) -> int:
@@ -56,27 +63,38 @@ def cmd_gaps(args: argparse.Namespace) -> int:
 
 
 def render_smells(trace: Trace, findings) -> str:
+    from gaplens.analysis.smells import rollup
+
     if not findings:
         return "no smells: the thresholds scale with the step time, and nothing crossed them"
     lines = []
-    for f in findings:
-        lines.append(f"{f.kind:<13} GPU {f.device}  {fmt_ns(f.start_ns):>10} +{fmt_ns(f.dur_ns):<10} {f.summary}")
+    for g in rollup(trace, findings):
+        lines.append(f"{g.kind:<13} GPU {g.device}  {g.line}")
+        if len(g.findings) > 1:
+            for f in sorted(g.findings, key=lambda f: -f.dur_ns)[:3]:
+                lines.append(f"    {fmt_ns(f.start_ns):>10} +{fmt_ns(f.dur_ns):<10} {f.summary}")
+            if len(g.findings) > 3:
+                lines.append(f"    … {len(g.findings) - 3} more (--json lists each)")
     lines.append("")
     lines.append("levers:")
-    from gaplens.analysis.smells import LEVERS
-
-    for kind in dict.fromkeys(f.kind for f in findings):
-        lines.append(f"  {kind:<13} {LEVERS[kind]}")
+    for kind, lever in dict((f.kind, f.lever) for f in findings).items():
+        lines.append(f"  {kind:<13} {lever}")
     return "\n".join(lines)
 
 
 def cmd_smells(args: argparse.Namespace) -> int:
-    from gaplens.analysis.smells import smells
+    from gaplens.analysis.smells import rollup, smells
 
     trace = load_trace(args.trace)
     findings = smells(trace)
     if args.json:
-        print_json({"origin_ns": trace.meta.origin_ns, "smells": [f.to_json() for f in findings]})
+        print_json(
+            {
+                "origin_ns": trace.meta.origin_ns,
+                "smells": [f.to_json() for f in findings],
+                "groups": [g.to_json() for g in rollup(trace, findings)],
+            }
+        )
     else:
         print(render_smells(trace, findings))
     return 0

@@ -6,19 +6,39 @@ from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace
 
+#: Phase families printed before "… N more": a system-wide capture has thousands of ranges.
+MAX_FAMILIES = 40
+
+
+def busy_line(gpu: dict) -> str:
+    """The one busy reading in words: busy, compute, communication, idle and the profiler's share."""
+    text = f"GPU busy {gpu['busy_pct']:.1f}%"
+    if gpu["comm_ns"]:
+        text += (
+            f" (compute {gpu['compute_pct']:.1f}%, communication {fmt_ns(gpu['comm_ns'])}, "
+            f"{fmt_ns(gpu['exposed_comm_ns'])} of it exposed)"
+        )
+    if gpu["idle_ns"]:
+        text += f"; idle {fmt_ns(gpu['idle_ns'])} (nothing asked), compute {gpu['active_compute_pct']:.1f}% of the rest"
+    if gpu["profiler_pct"] >= 0.05:
+        text += f"; the profiler itself took {gpu['profiler_pct']:.1f}%"
+    return text
+
 
 def render_text(trace: Trace, top: int = 10) -> str:
     s = summary(trace, top)
     lines = [f"{s['source']['path']}  ({s['source']['version']})", ""]
     w0, w1 = s["window_ns"]
-    lines.append(
-        f"GPU window   {fmt_ns(w1 - w0)}   GPU busy {fmt_ns(s['gpu']['busy_ns'])} ({s['gpu']['busy_pct']:.1f}%)"
-    )
+    lines.append(f"GPU window   {fmt_ns(w1 - w0)}   {busy_line(s['gpu'])}")
     for d in s["devices"]:
+        comm = f", comm {fmt_ns(d['comm_ns'])} ({fmt_ns(d['exposed_comm_ns'])} exposed)" if d["comm_ns"] else ""
         lines.append(
             f"  GPU {d['id']}  {d['name']}  streams {', '.join(map(str, d['streams']))}  "
-            f"busy {fmt_ns(d['busy_ns'])} of {fmt_ns(d['window_ns'][1] - d['window_ns'][0])} ({d['busy_pct']:.1f}%)"
+            f"busy {fmt_ns(d['busy_ns'])} of {fmt_ns(d['window_ns'][1] - d['window_ns'][0])} ({d['busy_pct']:.1f}%), "
+            f"compute {fmt_ns(d['compute_ns'])}{comm}"
         )
+    if s["clock"]:
+        lines.append(f"warning: {s['clock']['message']}")
     k, m, ms = s["kernels"], s["memcpy"], s["memset"]
     lines.append(f"kernels      {k['count']:>8,}   {fmt_ns(k['total_ns'])}")
     lines.append(f"memcpy       {m['count']:>8,}   {fmt_ns(m['total_ns'])}   {fmt_bytes(m['bytes'])}")
@@ -29,13 +49,7 @@ def render_text(trace: Trace, top: int = 10) -> str:
         lines.append(f"trace lacks: {', '.join(s['lacks'])}")
     for w in s["warnings"]:
         lines.append(f"warning: {w}")
-    if s["phases"]:
-        lines += ["", "phases (GPU span as CUDA events would time it)"]
-        for p in s["phases"]:
-            indent = "  " * min(p["depth"], 6)
-            lines.append(
-                f"  {indent}{p['name'][:48]:<{50 - len(indent)}} {fmt_ns(p['dur_ns']):>10}  busy {p['busy_pct']:5.1f}%"
-            )
+    lines += phase_lines(s)
     for title, key in (
         ("top kernels", "top_kernels"),
         ("top CUDA API calls", "top_cuda_api"),
@@ -55,3 +69,30 @@ def render_text(trace: Trace, top: int = 10) -> str:
                 f"{fmt_ns(r['med_ns']):>10}  {r['name'][:90]}"
             )
     return "\n".join(lines)
+
+
+def phase_lines(s: dict) -> list[str]:
+    """Phase families (``decode_step ×32``), grouped by process when there is more than one."""
+    rows = s["phase_families"]
+    if not rows:
+        return []
+    lines = ["", "phases (GPU span as CUDA events would time it; busy = compute share of that span)"]
+    pids = list(dict.fromkeys(r["pid"] for r in rows))
+    shown = 0
+    for pid in pids:
+        if len(pids) > 1:
+            lines.append(f"  process {pid} {s['processes'].get(str(pid), '')}".rstrip())
+        mine = [r for r in rows if r["pid"] == pid]
+        base = min(r["depth"] for r in mine)
+        for r in mine:
+            if shown == MAX_FAMILIES:
+                break
+            shown += 1
+            indent = "  " * (min(r["depth"] - base, 6) + (1 if len(pids) > 1 else 0))
+            name = r["family"] if r["count"] == 1 else f"{r['family']} ×{r['count']}"
+            each = f"median {fmt_ns(r['median_ns'])}" if r["count"] > 1 else fmt_ns(r["total_ns"])
+            dev = f"  GPU {','.join(map(str, r['devices']))}" if r["devices"] and len(s["devices"]) > 1 else ""
+            lines.append(f"  {indent}{name[:48]:<{50 - len(indent)}} {each:>17}  busy {r['busy_pct']:5.1f}%{dev}")
+    if len(rows) > shown:
+        lines.append(f"  … {len(rows) - shown:,} more phase families (--json lists every phase)")
+    return lines

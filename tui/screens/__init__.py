@@ -1,1 +1,1 @@
-"""Modal screens of the viewer: help, search prompt, phase picker."""
+"""Screens of the viewer: help, prompts (search, phase, time), statistics and instances, lists of gaps and smells."""

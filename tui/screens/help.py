@@ -19,6 +19,7 @@ LEGEND = (
     ("▏▎▍▌▋▊▉", "bar edges in eighths of a cell when zoomed in"),
     ("·", "blank region on the critical path (GPU idle, waiting for the host)"),
     ("━", "the largest blank region on the critical path"),
+    ("A B", "markers (1, 2) on the ruler; the header shows the time between them"),
     ("+N", "N deeper nesting levels not drawn"),
     ("┆dN", "level N, deeper than the drawn rows, shown while its event is selected"),
     ("mouse", "click selects a bar or folds a group; ctrl/shift + wheel zooms at the pointer"),

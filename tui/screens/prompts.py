@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from gaplens.analysis.phases import Phase
+from gaplens.analysis.phases import Phase, by_process
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import clean_name
 
@@ -39,19 +39,34 @@ class SearchScreen(ModalScreen[str | None]):
 
 
 class PhaseScreen(ModalScreen[int | None]):
-    """``p``: pick a phase to filter the view to; the first entry shows everything again."""
+    """``p``: pick a phase to filter the view to; the first entry shows everything again.
+
+    With several processes, each one's phases sit under its own heading: one rank's ``step 3``
+    is never listed among another's.
+    """
 
     BINDINGS: ClassVar = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, phases: list[Phase]) -> None:
+    def __init__(self, phases: list[Phase], processes: dict[int, str] | None = None) -> None:
         super().__init__()
         self.phases = phases
+        self.processes = processes or {}
 
     def compose(self) -> ComposeResult:
         options = [Option("(whole trace)", id="all")]
-        for k, p in enumerate(self.phases):
-            indent = "  " * min(p.depth, 6)
-            options.append(Option(Text(f"{indent}{clean_name(p.name)}  {fmt_ns(p.dur_ns)}"), id=str(k)))
+        groups = by_process(self.phases)
+        index = {id(p): k for k, p in enumerate(self.phases)}
+        for pid, found in groups.items():
+            if len(groups) > 1:
+                name = clean_name(self.processes.get(pid, ""))
+                label = f"process {pid} {name}".rstrip() if pid >= 0 else "marked by you"
+                options.append(Option(Text(label, style="bold"), disabled=True))
+            base = min(p.depth for p in found)
+            for p in found:
+                indent = "  " * (min(p.depth - base, 6) + (len(groups) > 1))
+                gpu = f"  GPU {p.device}" if p.device is not None and len(groups) > 1 else ""
+                text = Text(f"{indent}{clean_name(p.name)}  {fmt_ns(p.dur_ns)}{gpu}")
+                options.append(Option(text, id=str(index[id(p)])))
         with Vertical(id="phases"):
             yield Label("Filter to a phase (GPU span)")
             yield OptionList(*options, id="phase-list")

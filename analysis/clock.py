@@ -1,0 +1,83 @@
+"""Clock sanity: do the host and device timestamps of a trace agree?
+
+Every GPU op is queued by a launch call, so it cannot start before that call started, and an
+op that waited for its launch (nothing ahead of it on its stream) starts within microseconds of
+the call returning. When most ops break either rule, the two clocks disagree: the profiler
+converted GPU time with a stale offset (seen on ROCm traces: every op 6 ms after the range that
+launched it). Readings that join host and device still run, but say so.
+
+    host   [launch]          [launch]
+    device             ███              ███      <- every op ~6 ms late: an offset, not queueing
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import Trace, segmented_max
+
+#: An op starting this long before its launch call did is impossible, not jitter.
+NEGATIVE_TOLERANCE_NS = 20_000
+#: Launch-to-start latency of an op with nothing ahead of it beyond this is implausible.
+IMPLAUSIBLE_LAG_NS = 2_000_000
+#: A stream idle this long before an op means the op was not queued behind its predecessor.
+IDLE_BEFORE_NS = 5_000
+#: The share of ops that must break a rule before the clocks are called off.
+MOST = 0.5
+MIN_OPS = 20
+
+
+@dataclass(frozen=True)
+class ClockCheck:
+    offset_ns: int  # typical device-minus-host disagreement (negative: the device clock runs early)
+    share: float  # share of the launched ops that break the rule
+    ops: int
+
+    @property
+    def message(self) -> str:
+        side = "ahead of" if self.offset_ns < 0 else "behind"
+        return (
+            f"likely clock offset: GPU times look {fmt_ns(abs(self.offset_ns))} {side} the host's on "
+            f"{100 * self.share:.0f}% of {self.ops:,} launched ops; host–device readings (gaps, causes) are approximate"
+        )
+
+
+@per_trace
+def clock_check(trace: Trace) -> ClockCheck | None:
+    """A likely host/device clock offset, or None when launches and GPU ops agree."""
+    ops = gpu_work(trace)
+    a = trace.launch[ops]
+    ops, a = ops[a >= 0], a[a >= 0]
+    if ops.size < MIN_OPS:
+        return None
+    start = trace.start_ns[ops]
+    early = trace.start_ns[a] - start  # > 0: the op started before its launch call did
+    neg = early > NEGATIVE_TOLERANCE_NS
+    if neg.mean() > MOST:
+        return ClockCheck(-int(np.median(early[neg])), float(neg.mean()), int(ops.size))
+    # An op whose start nothing on the device explains (the critical-path graph binds it to its
+    # launch, or it follows an idle stretch of its stream and waited on no other stream) starts
+    # within microseconds of its call returning; milliseconds on most such ops is an offset.
+    from gaplens.analysis.critical_path import Edge, graph
+
+    binding = graph(trace).binding[ops]
+    lane = trace.lane[ops]
+    order = np.lexsort((start, lane))
+    same = np.zeros(ops.size, dtype=bool)
+    same[1:] = lane[order][1:] == lane[order][:-1]
+    reach = segmented_max(trace.end_ns[ops][order], ~same)
+    prev_end = np.full(ops.size, np.iinfo(np.int64).min)
+    prev_end[order[1:]] = np.where(same[1:], reach[:-1], np.iinfo(np.int64).min)
+    single = np.bincount(a, minlength=len(trace))[a] == 1  # graph launches queue many ops at once
+    after_idle = (start - prev_end > IDLE_BEFORE_NS) & (binding != Edge.WAIT) & single
+    cand = (binding == Edge.LAUNCH) | after_idle
+    lag = start - trace.end_ns[a]
+    late = cand & (lag > IMPLAUSIBLE_LAG_NS)
+    if cand.sum() >= MIN_OPS and late.sum() > MOST * cand.sum():
+        return ClockCheck(int(np.median(lag[late])), float(late.sum() / cand.sum()), int(ops.size))
+    return None

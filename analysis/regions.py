@@ -1,0 +1,189 @@
+"""Where each device waited: compute-idle stretches, cut into *idle* (nothing asked) and *starved* pieces.
+
+A blank region is a stretch where the device runs no compute. Communication alone does not
+count as work done: a rank spinning in an all-reduce for its peer is waiting (``analysis.comm``).
+
+    compute    ███   ██          ████         ███
+    comm              ▒▒▒▒▒▒
+    host       [request 3 ......]     sleep     [request 4 ..]
+    regions       [  ][ comm   ][ ][  idle  ][  ]              <- starved | idle | starved
+
+Idle: nothing was asked of the device. When the trace marks phases (the user's ranges, or the
+profiler's ``ProfilerStep#N``), a stretch outside every phase of the processes that use the device
+is idle (start-up, waiting for the first request, between requests). Without phases, a stretch of
+at least ``IDLE_MIN_NS`` with no CPU op, Python frame, CUDA call or range in flight on the threads
+that launch the device's work is idle (``IDLE_MIN_UNSEEN_NS`` when the trace records no CPU ops).
+Work queued but not yet run is asked. A trace without its host side is never called idle: it
+cannot tell.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gaplens.analysis.busy import BusySpans, busy_share, device_splits, gpu_window, gpu_work, pct
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.phases import phases
+from gaplens.loaders.model import Kind, LaneKind, Trace
+
+#: Without phases, host silence shorter than this is the program's own overhead, not a waiting room.
+IDLE_MIN_NS = 1_000_000
+#: The same when the trace records no CPU ops (nsys, CUDA-only Kineto): only CUDA calls show the host
+#: at work, so silence between them may be Python; only a long one is a waiting room.
+IDLE_MIN_UNSEEN_NS = 50_000_000
+_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+
+
+@dataclass(frozen=True)
+class Regions:
+    """Blank regions of one or more devices in (start, device) order, as columns."""
+
+    device: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    idle: np.ndarray  # bool: nothing was asked
+
+    def __len__(self) -> int:
+        return int(self.start_ns.size)
+
+
+def regions(trace: Trace, device: int | None = None, window: tuple[int, int] | None = None, min_ns: int = 1) -> Regions:
+    """Blank regions of each device (or one) inside its GPU window (or ``window``), at least ``min_ns`` long."""
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
+    parts = []
+    splits = device_splits(trace)
+    for dev in devices:
+        split = splits.get(dev)
+        if split is None:
+            continue
+        w0, w1 = window if window is not None else gpu_window(trace, dev)
+        compute = split.compute
+        asked = asked_spans(trace, dev)
+        if asked is None:
+            s, e = complement(compute, w0, w1)
+            idle = np.zeros(s.size, dtype=bool)
+        else:
+            # Idle pieces: neither compute nor anything asked; starved rows: the rest of the blank time.
+            i_s, i_e = complement(BusySpans(*_cat(compute, asked)), w0, w1)
+            s_s, s_e = complement(BusySpans(*_cat(compute, BusySpans(i_s, i_e))), w0, w1)
+            s = np.concatenate((s_s, i_s))
+            e = np.concatenate((s_e, i_e))
+            idle = np.concatenate((np.zeros(s_s.size, bool), np.ones(i_s.size, bool)))
+        keep = (e - s) >= min_ns
+        parts.append((np.full(int(keep.sum()), dev, np.int64), s[keep], e[keep], idle[keep]))
+    if not parts:
+        empty = np.empty(0, np.int64)
+        return Regions(empty, empty, empty, np.zeros(0, bool))
+    d, s, e, idle = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    order = np.lexsort((d, s))
+    return Regions(d[order], s[order].astype(np.int64), e[order].astype(np.int64), idle[order])
+
+
+@per_trace
+def idle_ns(trace: Trace) -> int:
+    """Blank time, summed over devices, where nothing was asked of the device."""
+    reg = regions(trace)
+    return int((reg.end_ns[reg.idle] - reg.start_ns[reg.idle]).sum())
+
+
+def active_compute_pct(trace: Trace) -> float:
+    """Compute share of the time the devices were asked for work: what density verdicts use.
+
+    A server idle between requests is not a slow server; its compute share while serving is.
+    """
+    share = busy_share(trace)
+    return pct(share.compute_ns, share.device_ns - idle_ns(trace))
+
+
+def complement(busy: BusySpans, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
+    """Spans inside [w0, w1) that ``busy`` does not cover."""
+    if w1 <= w0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    s = np.clip(busy.start, w0, w1)
+    e = np.clip(busy.end, w0, w1)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    gap_s = np.concatenate(([w0], e))
+    gap_e = np.concatenate((s, [w1]))
+    keep = gap_e > gap_s
+    return gap_s[keep].astype(np.int64), gap_e[keep].astype(np.int64)
+
+
+def _cat(a: BusySpans, b: BusySpans) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate((a.start, b.start)), np.concatenate((a.end, b.end))
+
+
+@per_trace
+def _asked_by_device(trace: Trace) -> dict[int, BusySpans | None]:
+    return {d.id: _asked(trace, d.id) for d in trace.meta.devices}
+
+
+def asked_spans(trace: Trace, device: int) -> BusySpans | None:
+    """When something was asked of ``device`` (None when the trace cannot tell: no host side)."""
+    return _asked_by_device(trace).get(device)
+
+
+@per_trace
+def _phases_by_device(trace: Trace) -> dict[int, list]:
+    out = {}
+    found = phases(trace)
+    for d in trace.meta.devices:
+        pids = {p for p, _ in launching_threads(trace, d.id)}
+        out[d.id] = [p for p in found if p.pid in pids] if pids else list(found)
+    return out
+
+
+def device_phases(trace: Trace, device: int) -> list:
+    """The phases of the processes that queue work on ``device`` (all phases when none is known)."""
+    return _phases_by_device(trace).get(device, phases(trace))
+
+
+def launching_threads(trace: Trace, device: int) -> set[tuple[int, int]]:
+    """(pid, tid) of the host threads whose calls queued work on ``device``."""
+    ops = gpu_work(trace, device)
+    calls = trace.launch[ops]
+    calls = np.unique(calls[calls >= 0])
+    lanes = np.unique(trace.lane[calls])
+    return {(trace.lanes[int(ln)].pid, trace.lanes[int(ln)].tid) for ln in lanes.tolist()}
+
+
+def _asked(trace: Trace, device: int) -> BusySpans | None:
+    threads = launching_threads(trace, device)
+    if not threads:
+        return None
+    pids = {p for p, _ in threads}
+    split = device_splits(trace)[device]
+    # Communication is work the device was asked to do, even where it only waits; so is GPU work
+    # from the moment its launch call queued it until it ran (waiting on a dependency, not idle).
+    starts, ends = [split.comm.start], [split.comm.end]
+    ops = gpu_work(trace, device)
+    calls = trace.launch[ops]
+    queued = calls >= 0
+    starts.append(trace.start_ns[calls[queued]])
+    ends.append(trace.end_ns[ops[queued]])
+    marked = [p for p in phases(trace) if p.pid in pids]
+    ann = np.flatnonzero(trace.kind == int(Kind.ANNOTATION))
+    lane_pid = np.asarray([ln.pid for ln in trace.lanes], dtype=np.int64)
+    steps = ann[np.isin(lane_pid[trace.lane[ann]], list(pids))] if ann.size else ann
+    steps = np.asarray([i for i in steps.tolist() if _PROFILER_STEP.match(trace.name(i))], dtype=np.int64)
+    if marked or steps.size:
+        starts += [np.asarray([p.host_start_ns for p in marked], np.int64), trace.start_ns[steps]]
+        ends += [np.asarray([p.host_end_ns for p in marked], np.int64), trace.end_ns[steps]]
+        return BusySpans(np.concatenate(starts), np.concatenate(ends))
+    in_flight = (int(Kind.CPU_OP), int(Kind.PYTHON), int(Kind.CUDA_API), int(Kind.ANNOTATION))
+    host_kinds = (LaneKind.CPU_OPS, LaneKind.CUDA_API, LaneKind.ANNOTATIONS)
+    for ln in trace.lanes:
+        if ln.kind in host_kinds and (ln.pid, ln.tid) in threads:
+            sl = trace.lane_events(ln.id)
+            m = np.isin(trace.kind[sl], in_flight)
+            starts.append(trace.start_ns[sl][m])
+            ends.append(trace.end_ns[sl][m])
+    busy = BusySpans(np.concatenate(starts), np.concatenate(ends))
+    # Host silence shorter than the minimum is overhead inside the work: fill those holes.
+    seen = any(ln.kind == LaneKind.CPU_OPS and (ln.pid, ln.tid) in threads for ln in trace.lanes)
+    h_s, h_e = complement(busy, int(trace.start_ns.min()), int(trace.end_ns.max()))
+    short = (h_e - h_s) < (IDLE_MIN_NS if seen else IDLE_MIN_UNSEEN_NS)
+    return BusySpans(np.concatenate((busy.start, h_s[short])), np.concatenate((busy.end, h_e[short])))

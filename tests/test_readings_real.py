@@ -1,0 +1,389 @@
+"""The readings on traces nobody designed them on: DDP ranks, one nsys report of two ranks, a server.
+
+Each test names the bug it pins (issue "Readings that hold on every real trace") and checks the
+reading against an independent count of the raw trace or the CUDA-event ground truth recorded with
+it (``tests/data/*.meta.json``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+
+from gaplens.analysis.busy import busy_share
+from gaplens.analysis.clock import clock_check
+from gaplens.analysis.gaps import CAUSES, analyse_gaps, gap_columns, the_gap
+from gaplens.analysis.phases import phases
+from gaplens.analysis.protocol import KERNEL_BOUND_PCT, Walkthrough
+from gaplens.analysis.regions import active_compute_pct
+from gaplens.analysis.smells import rollup, smells
+from gaplens.analysis.summary import summary
+from gaplens.analysis.words import COMM_LEVER, KERNEL_LEVER, LEVERS, WARMUP_LEVER
+from gaplens.loaders import load
+from gaplens.loaders.model import GPU_WORK_KINDS
+from tests.conftest import ROOT, loaded
+from tests.test_analysis_public import python_idle
+
+DATA = ROOT / "tests" / "data"
+RANKS = [f"{run}_rank{r}" for run in ("ddp_even", "ddp_straggler", "ddp_allreduce_straggler") for r in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            cache[name] = load(DATA / name)
+        return cache[name]
+
+    return get
+
+
+def meta(name: str) -> dict:
+    return json.loads((DATA / f"{name}.meta.json").read_text())
+
+
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """A plain sweep, independent of gaplens: the window of the intervals minus their idle time."""
+    if not intervals:
+        return 0
+    window = (min(s for s, _ in intervals), max(e for _, e in intervals))
+    return window[1] - window[0] - python_idle(intervals, window)
+
+
+# ---- 1. the profiler's own flush is no finding ---------------------------------------------------
+
+
+def test_profiler_flush_is_listed_but_never_the_largest():
+    """decode_eager: a 2.8 ms gap that is 96% "Activity Buffer Request" was sold as THE gap (cause launch)."""
+    trace = loaded("decode_eager.json.gz")
+    gaps = analyse_gaps(trace, evidence_top=5)
+    flush = max(gaps, key=lambda g: g.dur_ns)
+    assert flush.cause == "profiler" and flush.shares["profiler"] > 0.9 and not flush.on_critical_path
+    assert "artefact" in flush.message
+    assert trace.name(flush.evidence[0]) == "Activity Buffer Request"
+    g = the_gap(trace)
+    assert g is not None and g.cause != "profiler" and g.dur_ns < flush.dur_ns
+    share = busy_share(trace)
+    assert 0 < share.profiler_pct < 5  # the header and step 3 say how much the profiler took
+    step3 = Walkthrough(trace).step(3).facts
+    assert any(f.startswith("the profiler itself took 0.8% of the window") for f in step3)
+
+
+def test_nsys_profiler_overhead_is_a_lane_of_its_own(traces):
+    trace = traces("nsys_ddp_straggler.sqlite.gz")
+    con = sqlite3.connect(f"file:{_unpacked(DATA / 'nsys_ddp_straggler.sqlite.gz')}?mode=ro", uri=True)
+    rows = con.execute("SELECT COUNT(*) FROM PROFILER_OVERHEAD").fetchone()[0]
+    lanes = [ln for ln in trace.lanes if ln.name == "overhead"]
+    assert lanes and sum(trace.lane_events(ln.id).stop - trace.lane_events(ln.id).start for ln in lanes) == rows
+
+
+# ---- 2. communication is not compute --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RANKS)
+def test_comm_is_the_union_of_the_collective_kernels(traces, name):
+    trace = traces(f"{name}.json.gz")
+    with gzip.open(DATA / f"{name}.json.gz", "rt") as fh:
+        events = json.load(fh)["traceEvents"]
+    base = trace.meta.origin_ns
+    nccl = [
+        (round(float(e["ts"]) * 1000), round(float(e["ts"]) * 1000) + round(float(e["dur"]) * 1000))
+        for e in events
+        if e.get("cat") == "kernel" and e["name"].startswith("nccl")
+    ]
+    (dev,) = busy_share(trace).devices
+    expected = union_ns(nccl)
+    assert abs(dev.comm_ns - expected) <= 2 * len(nccl) + 2, (dev.comm_ns, expected)
+    assert dev.busy_ns - dev.compute_ns == dev.exposed_comm_ns
+    assert base  # times are relative; the union does not depend on the origin
+
+
+def test_nsys_comm_is_the_union_of_nccl_kernels_per_device(traces):
+    trace = traces("nsys_ddp_straggler.sqlite.gz")
+    con = sqlite3.connect(f"file:{_unpacked(DATA / 'nsys_ddp_straggler.sqlite.gz')}?mode=ro", uri=True)
+    rows = con.execute(
+        "SELECT k.deviceId, k.start, k.end FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+        "WHERE s.value LIKE 'nccl%'"
+    ).fetchall()
+    for dev in busy_share(trace).devices:
+        assert dev.comm_ns == union_ns([(s, e) for d, s, e in rows if d == dev.id])
+
+
+def test_a_rank_waiting_for_its_peer_reads_waiting():
+    """ddp_allreduce_straggler rank 0 sat ~15 ms a step in all-reduce: it read "91% busy, device-paced"."""
+    trace = load(DATA / "ddp_allreduce_straggler_rank0.json.gz")
+    share = busy_share(trace)
+    assert share.busy_pct > 85 and share.compute_pct < 55
+    per_step = share.exposed_comm_ns / 4 / 1e6
+    truth = np.mean(
+        [
+            s["gpu_ms"]
+            for it in meta("ddp_allreduce_straggler_rank0")["iterations"]
+            if it["tag"] == "profiled"
+            for s in it["spans"]
+            if s["name"] == "backward"
+        ]
+    )
+    assert 8 < per_step < truth  # most of backward's 23.7 ms is waiting for rank 1
+    walk = Walkthrough(trace)
+    assert walk.step(3).facts[0].startswith("GPU partly fed: 50% busy")  # not "91% busy, mostly dense"
+    g = walk.gap
+    assert g is not None and g.cause == "comm" and g.on_critical_path
+    assert trace.name(g.evidence[0]).startswith("ncclDevKernel_AllReduce")
+    assert walk.experiment()[0] == COMM_LEVER
+
+
+def test_waiting_in_all_to_all_is_comm_not_a_copy():
+    """A DLRM-like rank: a 8-byte DtoH .item() after an all_to_all was blamed for the wait (copy_on_path)."""
+    trace = load(DATA / "ddp_straggler_rank0.json.gz")
+    g = the_gap(trace)
+    assert g is not None and g.cause == "comm" and g.dur_ns > 19_000_000
+    assert "SendRecv" in trace.name(g.evidence[0])
+    found = smells(trace)
+    assert not [f for f in found if f.kind == "copy_on_path"]
+    assert not [f for f in found if f.kind == "picket_fence"]
+    cliffs = [f for f in found if f.kind == "sync_cliff" and f.numbers["blocked_ns"] > 10_000_000]
+    assert cliffs and all("waited in communication" in f.summary for f in cliffs)
+    # The straggler itself waits for nothing: its blank time is the host sleep in data_wait.
+    late = load(DATA / "ddp_straggler_rank1.json.gz")
+    g1 = the_gap(late)
+    assert g1 is not None and g1.cause == "host" and "data_wait" in [late.name(i) for i in g1.evidence]
+
+
+# ---- 3. work launched from other threads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", RANKS)
+def test_phases_time_like_cuda_events_on_every_rank(traces, name):
+    """backward is launched from autograd's thread; it read 10-80 µs where CUDA events said ~10 ms."""
+    trace = traces(f"{name}.json.gz")
+    truth = meta(name)
+    got = {p.name: p for p in phases(trace)}
+    by_step = {int(p.name.split()[1]): p for p in phases(trace) if p.name.startswith("train_step")}
+    checked = 0
+    for it in truth["iterations"]:
+        if it["tag"] != "profiled":
+            continue
+        step = by_step[it["iteration"]]
+        inside = {p.name: p for p in phases(trace) if step.host_start_ns <= p.host_start_ns < step.host_end_ns}
+        for span in it["spans"]:
+            p = inside.get(span["name"]) or (step if span["name"] == step.name else None)
+            assert p is not None, span["name"]
+            assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10), (span["name"], p.dur_ns)
+            assert p.dur_ns <= step.dur_ns  # a child never outlasts its parent
+            checked += 1
+    assert checked >= 20
+    assert "nccl:all_reduce" not in got and "DistributedDataParallel.forward" not in got
+
+
+def test_nsys_report_of_two_ranks_times_each_rank(traces):
+    trace = traces("nsys_ddp_straggler.sqlite.gz")
+    found = phases(trace)
+    pids = sorted({p.pid for p in found})
+    assert len(pids) == 2
+    for rank in (0, 1):
+        mine = [p for p in found if p.device == rank]
+        assert mine and len({p.pid for p in mine}) == 1  # one process per GPU
+        pid = mine[0].pid
+        steps = {int(p.name.split()[1]): p for p in found if p.pid == pid and p.name.startswith("train_step")}
+        for it in meta(f"nsys_ddp_straggler_rank{rank}")["iterations"]:
+            step = steps[it["iteration"]]
+            inside = {
+                p.name: p for p in found if p.pid == pid and step.host_start_ns <= p.host_start_ns < step.host_end_ns
+            }
+            for span in it["spans"]:
+                p = inside.get(span["name"]) or step
+                if it["iteration"] >= 2:  # past warm-up: CUDA events and the span agree
+                    assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10), (rank, span["name"])
+
+
+# ---- 4. processes are not mixed, library ranges are not phases ----------------------------------------
+
+
+def test_nsys_phases_are_per_process_and_library_ranges_stay_rows(traces):
+    trace = traces("nsys_ddp_straggler.sqlite.gz")
+    names = {p.name for p in phases(trace)}
+    assert not any(n.startswith("NCCL:") for n in names)
+    assert any(trace.name(i).startswith("NCCL:") for i in np.flatnonzero(trace.kind == 2)[:100000])
+    s = summary(trace)
+    assert all(set(p) >= {"pid", "device"} for p in s["phases"])
+    fams = s["phase_families"]
+    assert {(f["family"], f["count"]) for f in fams if f["pid"] == fams[0]["pid"]} >= {("train_step", 8)}
+    # A data_wait that is a pure host sleep is 0% busy computing, not "89% busy, device-paced".
+    waits = [p for p in s["phases"] if p["name"] == "data_wait"]
+    assert waits and all(p["busy_pct"] < 1 for p in waits)
+    walk = Walkthrough(trace)
+    assert sum(f.startswith("process ") for f in walk.step(2).facts) == 2
+
+
+# ---- 5. idle is not starved ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["serving.json.gz", "nsys_serving.sqlite.gz"])
+def test_waiting_for_requests_is_idle(traces, name):
+    trace = traces(name)
+    cols = gap_columns(trace)
+    idle = cols.cause == CAUSES.index("idle")
+    dur = cols.end_ns - cols.start_ns
+    truth = meta(name.split(".")[0])
+    arrivals = truth["arrivals_unix_ns"]
+    gaps_between = np.diff(arrivals) / 1e6  # ms between request arrivals, including the idle sleep
+    assert idle.sum() >= 5 and dur[idle].sum() > 0.5e9  # the 60-250 ms sleeps between 6 requests
+    assert not cols.on_path[idle].any()
+    assert dur[idle].max() < max(gaps_between) * 1e6
+    g = the_gap(trace)
+    assert g is not None and g.cause != "idle"
+    assert summary(trace)["gpu"]["idle_ns"] == int(dur[idle].sum())
+
+
+def test_tokenize_after_an_arrival_is_starved_not_idle(traces):
+    """Splitting at the request's start keeps its host island: tokenize is host work the GPU waited for."""
+    trace = traces("serving.json.gz")
+    tok = [p for p in phases(trace) if p.name == "tokenize"]
+    cols = gap_columns(trace)
+    for p in tok[1:]:
+        inside = (cols.start_ns < p.host_end_ns) & (cols.end_ns > p.host_start_ns)
+        assert inside.any() and CAUSES.index("idle") not in cols.cause[inside & (cols.end_ns - cols.start_ns > 1e6)]
+
+
+# ---- 6. host work is not launch; evidence names the deepest op ------------------------------------------
+
+
+def test_first_call_is_host_work_with_the_deepest_op_as_evidence(traces):
+    """The first request's cuDNN attention spends 0.6 s building its graph on the host: host, not launch."""
+    trace = traces("serving.json.gz")
+    g = the_gap(trace)
+    assert g is not None and g.cause == "host" and g.dur_ns > 300_000_000
+    names = [trace.name(i) for i in g.evidence]
+    assert "aten::_cudnn_attention_forward" in names
+    assert not any(n in ("<module>", "decorate_context") for n in names)
+    walk = Walkthrough(trace)
+    # The request it lies in took 20× its siblings: a one-off warm-up cost, and the lever says so.
+    assert any(f.startswith("request 0 took") and "warm-up" in f for f in walk.step(4).facts)
+    assert walk.experiment()[0] == WARMUP_LEVER
+
+
+# ---- 7. smells roll up, shares stay under 100%, levers fit the workload ----------------------------------
+
+
+def test_smells_roll_up_per_family():
+    trace = loaded("decode_eager.json.gz")
+    groups = rollup(trace, smells(trace))
+    lines = [g.line for g in groups]
+    assert any(line.startswith("sync cliff in ") and " of 32 decode_step" in line for line in lines)
+    assert len(groups) < 10 < len(smells(trace))
+
+
+@pytest.mark.parametrize("name", ["serving.json.gz", "nsys_serving.sqlite.gz", "ddp_straggler_rank1.json.gz"])
+def test_shares_never_exceed_a_step(traces, name):
+    for f in smells(traces(name)):
+        share = f.numbers.get("step_share")
+        assert share is None or 0 <= share <= 1
+        assert "%" not in f.summary or all(int(x) <= 100 for x in _percents(f.summary))
+
+
+def test_levers_follow_the_workload(traces):
+    serving = {f.kind: f.lever for f in smells(traces("serving.json.gz"))}
+    training = {f.kind: f.lever for f in smells(traces("ddp_straggler_rank1.json.gz"))}
+    assert serving["host_island"] == LEVERS["host_island"]["serving"]
+    assert training["host_island"] == LEVERS["host_island"]["training"]
+    hpc = load(ROOT.parent / "shared" / "public-samples" / "pipit" / "cloverleaf_nsys2024.5.sqlite")
+    assert all(f.lever == LEVERS[f.kind]["hpc"] for f in smells(hpc))
+
+
+def test_a_kernel_bound_trace_gets_the_kernel_lever():
+    """HTA's ns_resolution training rank is 98% busy computing: host fixes for its µs gaps were noise."""
+    trace = load(ROOT.parent / "shared" / "public-samples" / "hta" / "ns_resolution.pt.trace.json.gz")
+    assert active_compute_pct(trace) > KERNEL_BOUND_PCT
+    lever, why = Walkthrough(trace).experiment()
+    assert lever == KERNEL_LEVER and "busy computing" in why
+
+
+def test_a_mostly_blank_trace_always_names_a_finding():
+    """854 small host gaps idling 86% of a trace gave "no smells"; many small gaps add up to a finding."""
+    from tests.handbuilt import Builder
+
+    b = Builder()
+    t = 0
+    for k in range(200):  # a 5 µs launch, then a 20 µs kernel, then 60 µs of Python: 75% blank
+        b.launch(t, t + 5_000, t + 5_000, t + 25_000, name=f"k{k}")
+        t += 85_000
+    found = smells(b.trace())
+    assert len(found) == 1 and found[0].kind == "host_island"
+    assert "blank regions on the critical path idle the device" in found[0].summary
+    assert found[0].numbers["gaps"] >= 199 and found[0].numbers["cause"] == "host"
+
+
+# ---- 8. one number for one question ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["nsys_ddp_straggler.sqlite.gz", "serving.json.gz"])
+def test_busy_is_one_number_everywhere(traces, name):
+    from gaplens.tui.commands.summary import render_text
+    from gaplens.tui.viewmodel import build_model
+
+    trace = traces(name)
+    s = summary(trace)
+    pct = f"{s['gpu']['busy_pct']:.1f}%"
+    assert f"GPU busy {pct}" in render_text(trace)
+    assert f"GPU busy {pct}" in build_model(trace).header()
+    assert f"busy {pct} of the window" in Walkthrough(trace).step(3).facts[0]
+
+
+def test_one_gap_one_answer():
+    """A trace with one 500 ns gap got three different answers from walkthrough, panel and report."""
+    from gaplens.analysis.compare import read
+    from gaplens.analysis.report import report_markdown
+    from tests.handbuilt import Builder
+
+    b = Builder()
+    b.launch(0, 10, 12, 1_000, name="k1")
+    b.launch(1_000, 1_400, 1_500, 3_000, name="k2")  # the device waits 500 ns for this launch
+    trace = b.trace()
+    g = the_gap(trace)
+    assert g is not None and (g.start_ns, g.end_ns) == (1_000, 1_500)
+    walk = Walkthrough(trace)
+    assert "500 ns at 1 µs" in walk.step(4).facts[0]
+    assert "500 ns at 1 µs" in report_markdown(trace).split("## 4.")[1]
+    assert read(trace).gap is not None and read(trace).gap["dur_ns"] == 500
+
+
+# ---- 10. clocks ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shift_ns", [6_000_000, -1_000_000])
+def test_a_clock_offset_is_flagged(traces, shift_ns):
+    """A ROCm trace whose GPU ops all start 6 ms after their launches: say so instead of "no GPU"."""
+    trace = traces("serving.json.gz")
+    assert clock_check(trace) is None
+    gpu = trace.mask(GPU_WORK_KINDS)
+    s, e = trace.start_ns.copy(), trace.end_ns.copy()
+    s[gpu] += shift_ns
+    e[gpu] += shift_ns
+    shifted = dataclasses.replace(trace, start_ns=s, end_ns=e)
+    check = clock_check(shifted)
+    assert check is not None and abs(check.offset_ns - shift_ns) < 0.05 * abs(shift_ns)
+    assert "clock offset" in summary(shifted)["clock"]["message"]
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _unpacked(path):
+    from gaplens.loaders.nsys_files import resolve
+
+    db, _ = resolve(str(path), None)
+    return db
+
+
+def _percents(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"(\d+)%", text)
