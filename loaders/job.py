@@ -36,7 +36,7 @@ def natural_key(name: str) -> list:
 
 
 def expand(paths: list[str]) -> list[str]:
-    """Files of a job in the order given; a folder contributes its trace files in natural order."""
+    """Files of a job in the order given, each once; a folder contributes its trace files in natural order."""
     out: list[str] = []
     for p in paths:
         if os.path.isdir(p):
@@ -51,7 +51,14 @@ def expand(paths: list[str]) -> list[str]:
             ]
         else:
             out.append(p)
-    return out
+    seen: set[str] = set()
+    once = []
+    for p in out:  # the same file named twice (or in a folder and by name) is one rank, not two
+        key = os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            once.append(p)
+    return once
 
 
 def sniff(path: str) -> JobFile:

@@ -47,10 +47,11 @@ def test_a_folder_on_the_local_process_pool(tmp_path, capsys):
     for r, src in zip((2, 10), pair("ddp_straggler"), strict=True):
         shutil.copy(src, tmp_path / f"worker_rank{r}.json.gz")
     (tmp_path / "worker_rank2.json.gz.gaplens.json").write_text("{}")  # gaplens's own notes: never a rank
-    rc, out, err = _run(capsys, "ranks", str(tmp_path), "--json")
+    # The folder, and one of its files again by name: read once.
+    rc, out, err = _run(capsys, "ranks", str(tmp_path), str(tmp_path / "worker_rank2.json.gz"), "--json")
     assert rc == 0 and err == []
     doc = json.loads(out)
-    assert doc["straggler"]["rank"] == 1
+    assert doc["straggler"]["rank"] == 1 and len(doc["ranks"]) == 2
     assert [Path(r["source"]).name for r in sorted(doc["ranks"], key=lambda r: r["rank"])] == [
         "worker_rank2.json.gz",
         "worker_rank10.json.gz",
