@@ -52,6 +52,7 @@ class JobReading:
     step_ns: int
     rows: list[RankRow]  # sorted by the waiting each rank imposes, most first
     notes: list[str] = field(default_factory=list)  # what was skipped, numbered or not aligned
+    task_cpu_s: float = 0.0  # CPU the per-rank tasks took in their workers (set by ``analysis.jobrun``)
 
     @property
     def collectives(self) -> int:

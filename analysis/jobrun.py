@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -36,19 +37,29 @@ class TaskResult:
     path: str
     readings: list[RankReading] = field(default_factory=list)
     error: str = ""
+    cpu_s: float = 0.0  # CPU time the task took in its worker (all of the worker's threads)
 
 
-def rank_task(path: str, index: int, use_cache: bool = True) -> TaskResult:
-    """Load one file (through the Arrow cache) and read its ranks; never raises."""
+def rank_task(path: str, index: int, use_cache: bool = True, one_core: bool = False) -> TaskResult:
+    """Load one file (through the Arrow cache) and read its ranks; never raises.
+
+    ``one_core``: in a pool of one worker per core, Arrow's own thread pool would make each
+    worker compete for every core; one thread each keeps N workers on N cores.
+    """
     from gaplens.analysis.ranks import read_ranks
     from gaplens.loaders import load
 
+    if one_core:
+        import pyarrow
+
+        pyarrow.set_cpu_count(1)
+    cpu = time.process_time()
     try:
         trace = load(path, use_cache=use_cache)
         readings = read_ranks(trace, index)
         if not readings:
             return TaskResult(index, path, error=f"{path}: no GPU work, so no rank")
-        return TaskResult(index, path, readings)
+        return TaskResult(index, path, readings, cpu_s=time.process_time() - cpu)
     except TraceError as exc:
         text = str(exc)
         return TaskResult(index, path, error=text if path in text else f"{path}: {text}")
@@ -75,7 +86,7 @@ def run_local(files: list[JobFile], workers: int | None = None) -> Iterator[Task
         return
     n = min(workers or os.cpu_count() or 1, len(todo))
     with ProcessPoolExecutor(max_workers=n, mp_context=_pool_context()) as pool:
-        futures = {pool.submit(rank_task, path, i): (path, i) for path, i in todo}
+        futures = {pool.submit(rank_task, path, i, True, True): (path, i) for path, i in todo}
         for fut in as_completed(futures):
             try:
                 yield fut.result()
@@ -110,7 +121,7 @@ def run_dask(files: list[JobFile], address: str) -> Iterator[TaskResult]:
         raise TraceError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
     try:
         paths = [f.path for f in files]
-        futures = client.map(rank_task, paths, range(len(paths)), pure=False)
+        futures = client.map(rank_task, paths, range(len(paths)), one_core=True, pure=False)
         # Results come back in batches as they finish, not one round trip per future.
         for _fut, result in dask_completed(futures, with_results=True):
             yield result
@@ -139,7 +150,9 @@ def open_job(
     problems = {k: f.problem for k, f in enumerate(files) if f.format is None}
     results: Iterable[TaskResult] = run_dask(usable, dask) if dask else run_local(usable, workers)
     readings: list[RankReading] = []
+    cpu_s = 0.0
     for done, res in enumerate(results, 1):
+        cpu_s += res.cpu_s
         if res.error:
             problems[position[res.index]] = res.error
         readings += res.readings
@@ -157,6 +170,7 @@ def open_job(
     for r in readings:
         r.source = usable[r.file_index].path
     job = read_job(readings, notes)
+    job.task_cpu_s = cpu_s
     if warn is not None:
         for note in job.notes:
             warn(note)

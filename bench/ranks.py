@@ -97,6 +97,7 @@ def measure(paths: list[str], workers: int | None = None, dask: str | None = Non
     cross = time.perf_counter() - t
     return {
         "cross_s": cross,
+        "cores": job.task_cpu_s / wall,  # CPU the workers got, in cores: what the box lent this run
         "ranks": len(job.rows),
         "wall_s": wall,
         "ranks_per_s": len(job.rows) / wall,
@@ -114,8 +115,8 @@ def _line(label: str, m: dict, planted: int) -> str:
     peak = "       -  " if m["peak_mib"] is None else f"{m['peak_mib']:>6.1f} MiB"
     return (
         f"  {label:<38} {m['ranks']:>5} ranks  {m['wall_s']:>7.1f} s  {m['ranks_per_s']:>7.1f} ranks/s  "
-        f"coordinator peak {peak}  cross-rank step {m['cross_s']:>5.2f} s  straggler {found}"
-        + (f" ({m['cause']}, {m['imposed_ms']:.1f} ms/step)" if m["straggler"] is not None else "")
+        f"workers got {m['cores']:.2f} cores  coordinator peak {peak}  cross-rank step {m['cross_s']:>5.2f} s  "
+        f"straggler {found}" + (f" ({m['cause']}, {m['imposed_ms']:.1f} ms/step)" if m["straggler"] is not None else "")
     )
 
 
@@ -161,9 +162,11 @@ def run(args) -> None:
             print(_line(label, m, planted))
         p1, p2 = rows[0][1]["ranks_per_s"], rows[1][1]["ranks_per_s"]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        c1, c2 = rows[0][1], rows[1][1]
         print(
-            f"  throughput with 2 workers / 1 worker: {p2 / p1:.2f}x "
-            f"({os.cpu_count()} cores, load average {load:.1f} at the end: other processes share them)"
+            f"  throughput with 2 workers / 1 worker: {p2 / p1:.2f}x; CPU per rank {1e3 * c1['cores'] / p1:.0f} ms "
+            f"with 1 worker, {1e3 * c2['cores'] / p2:.0f} ms with 2 ({os.cpu_count()} cores, load average "
+            f"{load:.1f}: other processes share them, so the workers got {c1['cores']:.2f} and {c2['cores']:.2f} cores)"
         )
         light_peak = next(m for label, m in rows if label == f"{small} ranks, pool 2, peak")["peak_mib"]
         full_peak = next(m for label, m in rows if "×3.3" in label)["peak_mib"]
