@@ -54,6 +54,9 @@ KERNEL_ARGS = (
     ("registers per thread", "regs"),
     ("shared memory", "smem"),
     ("est. achieved occupancy %", "occupancy %"),
+    # Collective kernels (issue 12): what a job matches across ranks, kept under the writer's own
+    # keys so ``analysis.collectives.collective_args`` reads them back from the detail string.
+    *((key, key) for key in ("Collective name", "Process Group Name", "In msg nelems", "Out msg nelems", "Group size")),
 )
 
 _S, _I = pa.string(), pa.int64()
@@ -90,6 +93,12 @@ SCHEMA = pa.schema(
                     ("name", _S),
                     ("Input Dims", _DIMS),
                     ("Input dims", _DIMS),
+                    # Collective kernels' args (issue 12), see KERNEL_ARGS.
+                    ("Collective name", _S),
+                    ("Process Group Name", _S),
+                    ("In msg nelems", _I),
+                    ("Out msg nelems", _I),
+                    ("Group size", _I),
                 ]
             ),
         ),

@@ -30,7 +30,8 @@ def test_j_repaints_two_rows_and_enter_only_the_selected_rows():
         row = next(k for k, r in enumerate(tl.rows) if r.kind == RowKind.EVENTS and r.depth == 0)
         tl.set_row_cursor(row)
         await pilot.press("i")
-        await pilot.pause()
+        for _ in range(5):  # let the panel's layout settle: a busy box can lag a frame behind
+            await pilot.pause()
         drawn.clear()
         tl.action_select()
         await pilot.pause()

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from gaplens.loaders import TraceError
 from gaplens.tui.commands.common import load_trace, print_json
 
-COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export")
+COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks")
 
 
 def bundled_sample() -> str:
@@ -38,9 +38,15 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from gaplens.tui.commands import compare, export, readings
+    from gaplens.tui.commands import compare, export, ranks, readings
 
-    return {"summary": cmd_summary, **readings.COMMANDS, "compare": compare.run, "export": export.run}
+    return {
+        "summary": cmd_summary,
+        **readings.COMMANDS,
+        "compare": compare.run,
+        "export": export.run,
+        "ranks": ranks.run,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     readings.add_parsers(sub)
     compare.add_parser(sub)
     export.add_parser(sub)
+    from gaplens.tui.commands import ranks  # a job (issue 12)
+
+    ranks.add_parser(sub)
     return parser
 
 
@@ -67,15 +76,23 @@ def build_tui_parser() -> argparse.ArgumentParser:
         description="Open a trace in the timeline viewer. Subcommands: " + ", ".join(COMMANDS),
     )
     parser.add_argument(
-        "trace", nargs="?", help="Kineto .json[.gz] or nsys .sqlite[.gz]/.nsys-rep (default: bundled sample)"
+        "trace",
+        nargs="*",
+        help="Kineto .json[.gz] or nsys .sqlite[.gz]/.nsys-rep (default: bundled sample); "
+        "several traces or a folder: a job, opened on its rank overview",
     )
     return parser
 
 
-def run_tui(path: str | None) -> int:
+def run_tui(paths: list[str] | str | None) -> int:
     from gaplens.tui.app import run_app
 
-    return run_app(path or bundled_sample())
+    paths = [paths] if isinstance(paths, str) else list(paths or [])
+    if len(paths) > 1 or (paths and os.path.isdir(paths[0])):  # a job (issue 12)
+        from gaplens.tui.screens.job import run_job_viewer
+
+        return run_job_viewer(paths)
+    return run_app(paths[0] if paths else bundled_sample())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

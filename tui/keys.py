@@ -42,6 +42,11 @@ KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("P", "app.protocol", "Guided reading: the six-step protocol", False),
     ("i", "app.toggle_details", "Show / hide details", False),
     ("escape", "clear", "Clear selection and search", False),
+    # A job (several ranks): the rank overview and the rank timelines both answer these.
+    ("r", "app.next_rank", "Job: next rank", False),
+    ("R", "app.prev_rank", "Job: previous rank", False),
+    ("S", "app.straggler", "Job: the straggler, at the straggling moment", False),
+    ("J", "app.job", "Job: back to the rank overview", False),
     ("question_mark", "app.help", "Help", True),
     ("q", "app.quit", "Quit", True),
 )

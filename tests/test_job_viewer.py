@@ -1,0 +1,172 @@
+"""The job viewer: the rank overview's bars, its keys, and a rank's timeline opened at the straggling moment."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from gaplens.tui import jobbars
+from gaplens.tui.keys import KEYS
+from gaplens.tui.screens.help import key_rows
+from gaplens.tui.screens.job import JobApp, RankApp, neighbour, start_here
+from tests.test_ranks import job_of, pair
+
+SIZE = (140, 24)
+
+
+def straggler_job():
+    return job_of(*pair("ddp_straggler"))
+
+
+def test_bars_show_who_waited_and_who_was_late():
+    """Rank 0 waits (░) in the all_to_all for ~20 ms a step; rank 1, the straggler, never waits."""
+    job = straggler_job()
+    rows = {job.matched.ranks[i]: i for i in range(2)}
+    e = jobbars.edges(*jobbars.job_window(job), 160)
+    r0 = jobbars.row_classes(job, rows[0], e)
+    r1 = jobbars.row_classes(job, rows[1], e)
+    # Four steps of ~20 ms waiting in a ~160 ms window: about half of rank 0's cells.
+    assert 0.35 < (r0 == jobbars.WAIT).mean() < 0.6
+    assert (r1 == jobbars.WAIT).sum() == 0
+    # While rank 0 waits, rank 1 is mostly idle (its data_wait: a host island), then runs its forward.
+    assert (r1[r0 == jobbars.WAIT] == jobbars.IDLE).mean() > 0.6
+    marks = jobbars.marks(job, e)
+    assert marks.count("▼") == 1 and marks.count("│") >= 3
+    assert len(jobbars.row_text(r0)) == 160
+
+
+def test_shares_sum_to_at_most_one_cell():
+    job = straggler_job()
+    e = jobbars.edges(*jobbars.job_window(job), 97)
+    for row in range(2):
+        s = jobbars.shares(job, row, e)
+        assert s.shape == (3, 97) and (s >= 0).all()
+        assert (s[1] + s[2] <= 1.0 + 1e-9).all()
+
+
+def test_job_keys_are_in_the_one_key_table_and_the_help():
+    actions = {a for _, a, _, _ in KEYS}
+    assert {"app.next_rank", "app.prev_rank", "app.straggler", "app.job"} <= actions
+    described = {d for _, d in key_rows()}
+    assert "Job: the straggler, at the straggling moment" in described
+
+
+def test_overview_starts_on_the_straggler_and_says_where_to_start():
+    asyncio.run(_test_overview_starts_on_the_straggler_and_says_where_to_start())
+
+
+async def _test_overview_starts_on_the_straggler_and_says_where_to_start():
+    job = straggler_job()
+    app = JobApp(job)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        ov = app.overview
+        assert job.matched.ranks[ov.row] == 1  # the straggler, first row, under the cursor
+        assert "Start here: rank 1 is the straggler" in start_here(job) and "data_wait" in start_here(job)
+        assert "▶" in ov.label_of(ov.row)
+        await pilot.press("r")
+        assert job.matched.ranks[ov.row] == 0
+        await pilot.press("R")
+        assert job.matched.ranks[ov.row] == 1
+        await pilot.press("down")
+        assert job.matched.ranks[ov.row] == 0
+        await pilot.press("S")
+        assert job.matched.ranks[ov.row] == 1
+        await pilot.press("enter")
+    assert app.return_value == ("open", job.straggler.row)
+
+
+def test_control_overview_has_no_straggler():
+    asyncio.run(_test_control_overview_has_no_straggler())
+
+
+async def _test_control_overview_has_no_straggler():
+    job = job_of(*pair("ddp_even"))
+    app = JobApp(job)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("S")  # nothing to go to: a notice, the cursor stays
+        assert app.overview.cursor == 0
+        await pilot.press("q")
+    assert app.return_value is None
+    assert start_here(job).startswith("No straggler")
+
+
+async def _placed(app, pilot) -> None:
+    for _ in range(100):
+        await pilot.pause(0.05)
+        if app._placed:
+            return
+    raise AssertionError("the rank timeline was never placed at the straggling moment")
+
+
+def test_enter_opens_the_straggler_at_the_straggling_moment():
+    asyncio.run(_test_enter_opens_the_straggler_at_the_straggling_moment())
+
+
+async def _test_enter_opens_the_straggler_at_the_straggling_moment():
+    """The straggler's timeline: the view spans its idle data_wait and its late all_to_all, selected."""
+    job = straggler_job()
+    row = job.straggler.row
+    app = RankApp(job, row)
+    async with app.run_test(size=SIZE) as pilot:
+        await _placed(app, pilot)
+        tl = app.timeline
+        lo, hi = app.moment()
+        assert tl.viewport.t0_ns <= lo and tl.viewport.t1_ns >= hi
+        assert tl.viewport.span_ns < 2 * (hi - lo)
+        sel = tl.selection
+        assert sel is not None and sel.event >= 0
+        trace = tl.model.trace
+        assert trace.name(sel.event).startswith("ncclDevKernel_SendRecv")
+        # What it did before arriving: data_wait sits inside the view.
+        ann = [p for p in app.model.readings.phases if p.name == "data_wait"]
+        assert any(lo <= p.host_start_ns and p.host_end_ns <= hi for p in ann)
+        await pilot.press("r")
+    assert app.next == ("open", neighbour(job, row, 1))
+
+
+def test_rank_timeline_keys_go_back_to_the_overview():
+    asyncio.run(_test_rank_timeline_keys_go_back_to_the_overview())
+
+
+async def _test_rank_timeline_keys_go_back_to_the_overview():
+    job = straggler_job()
+    other = neighbour(job, job.straggler.row, 1)
+    app = RankApp(job, other)
+    async with app.run_test(size=SIZE) as pilot:
+        await _placed(app, pilot)
+        # The waiting rank at the same moment, on its own clock: its all_to_all kernel is the long one.
+        sel = app.timeline.selection
+        assert sel is not None and (sel.t1_ns - sel.t0_ns) > 15e6
+        await pilot.press("J")
+    assert app.next == ("job", other)
+    app = RankApp(job, other)
+    async with app.run_test(size=SIZE) as pilot:
+        await _placed(app, pilot)
+        await pilot.press("S")
+    assert app.next == ("open", job.straggler.row)
+
+
+def test_rows_follow_the_waiting_imposed():
+    job = straggler_job()
+    imposed = [r.imposed_ns for r in job.rows]
+    assert imposed == sorted(imposed, reverse=True)
+    assert np.all(np.diff([r.imposed_ns for r in job.rows]) <= 0)
+
+
+def test_overview_without_colour(monkeypatch):
+    """NO_COLOR: the glyphs alone tell compute, communication and waiting apart, and every line renders."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    job = straggler_job()
+
+    async def body() -> None:
+        app = JobApp(job)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            svg = app.export_screenshot()
+            assert "░" in svg and "█" in svg
+            await pilot.press("q")
+
+    asyncio.run(body())
