@@ -40,7 +40,7 @@ def hwm():
                 return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 from gaplens.loaders import load
-from gaplens.loaders.jsonframe import Framed
+from gaplens.loaders.jsonblocks import Framed
 imported = rss()
 if sys.argv[2]:
     load(sys.argv[2], use_cache=False)
@@ -116,7 +116,7 @@ def _pyarrow_whole(data: bytes) -> float:
 
 def _events(path: str) -> int:
     from gaplens.loaders.files import Source
-    from gaplens.loaders.jsonframe import Framed, frame_events
+    from gaplens.loaders.jsonblocks import Framed, frame_events
 
     framed = Framed()
     for _ in frame_events(Source(path).chunks(), framed):

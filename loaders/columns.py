@@ -1,0 +1,225 @@
+"""numpy views of Arrow arrays, and first-seen factorisation, without ``pyarrow.compute``.
+
+The readers stay off Arrow's compute module on purpose: its first call builds the
+function registry, ~45 MB of resident memory that a load of a million events cannot
+afford (the target is 200 bytes per event for the whole process). Everything here
+reads the arrays' buffers directly: validity bitmaps, offsets, values.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) with uniques in order of first appearance, like ``pandas.factorize``."""
+    if values.size == 0:
+        return np.empty(0, np.int64), values[:0]
+    uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    return rank[inverse.reshape(-1)], uniq[order]
+
+
+def valid(arr: pa.Array) -> np.ndarray:
+    """True where ``arr`` holds a value."""
+    n = len(arr)
+    if arr.null_count == 0:
+        return np.ones(n, bool)
+    if arr.null_count == n:
+        return np.zeros(n, bool)
+    bits = arr.buffers()[0]
+    assert bits is not None
+    raw = np.frombuffer(bits, np.uint8)
+    return np.unpackbits(raw, bitorder="little")[arr.offset : arr.offset + n].astype(bool)
+
+
+def ints(arr: pa.Array, fill: int) -> np.ndarray:
+    """An integer column as int64, ``fill`` where null."""
+    n = len(arr)
+    if arr.null_count == n:
+        return np.full(n, fill, np.int64)
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    data = arr.buffers()[1]
+    assert data is not None
+    out = np.frombuffer(data, dtype)[arr.offset : arr.offset + n].astype(np.int64)
+    if arr.null_count:
+        out[~valid(arr)] = fill
+    return out
+
+
+def floats(arr: pa.Array) -> np.ndarray:
+    """A float column as float64, NaN where null."""
+    n = len(arr)
+    if arr.null_count == n:
+        return np.full(n, np.nan)
+    data = arr.buffers()[1]
+    assert data is not None
+    out = np.frombuffer(data, np.float64)[arr.offset : arr.offset + n].copy()
+    if arr.null_count:
+        out[~valid(arr)] = np.nan
+    return out
+
+
+def decimal_units(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(unscaled int64 values, fits) of a decimal128 column: 1.234 at scale 3 is 1234.
+
+    ``fits`` is False where the value is null or needs more than 64 bits.
+    """
+    n = len(arr)
+    data = arr.buffers()[1]
+    if n == 0 or data is None:
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    words = np.frombuffer(data, np.int64)[2 * arr.offset : 2 * (arr.offset + n)]
+    low, high = words[0::2].copy(), words[1::2]
+    fits = high == (low >> 63)  # the high word only extends the sign
+    if arr.null_count:
+        fits &= valid(arr)
+    low[~fits] = 0
+    return low, fits
+
+
+def list_matrix(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A list-of-integers column as a (rows x longest) int64 matrix padded with 0, and each row's length.
+
+    Null lists have length -1.
+    """
+    n = len(arr)
+    off_buf = arr.buffers()[1]
+    if n == 0 or off_buf is None or arr.null_count == n:
+        return np.zeros((n, 0), np.int64), np.full(n, -1, np.int64)
+    offsets = np.frombuffer(off_buf, np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    lengths = np.diff(offsets)
+    ok = valid(arr)
+    lengths[~ok] = 0
+    width = int(lengths.max()) if n else 0
+    out = np.zeros((n, width), np.int64)
+    if width:
+        values = ints(arr.values, 0)  # the whole child array; the offsets index into it
+        row = np.repeat(np.arange(n), lengths)
+        col = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[row, col] = values[offsets[row] + col]
+    lengths[~ok] = -1
+    return out, lengths
+
+
+class Strings:
+    """A string column as offsets into one byte buffer, and its dictionary encoding.
+
+    ``codes`` numbers the distinct values in order of first appearance; ``uniques``
+    holds them as ``bytes``; nulls get the code ``null_code`` (-1 when there are none).
+    """
+
+    def __init__(self, arr: pa.Array) -> None:
+        n = len(arr)
+        self.valid = valid(arr)
+        bufs = arr.buffers()
+        if n == 0 or bufs[1] is None or arr.null_count == n:
+            self.offsets = np.zeros(n + 1, np.int64)
+            self.data = np.empty(0, np.uint8)
+        else:
+            off_dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+            offsets = np.frombuffer(bufs[1], off_dtype)[arr.offset : arr.offset + n + 1].astype(np.int64)
+            base = int(offsets[0])
+            data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
+            self.data = data[base : int(offsets[-1])]
+            self.offsets = offsets - base
+        self.codes, first = self._encode()
+        self.uniques = [self.data[self.offsets[i] : self.offsets[i + 1]].tobytes() for i in first.tolist()]
+        self.null_code = -1
+        if not self.valid.all():
+            self.null_code = len(self.uniques)
+            self.codes[~self.valid] = self.null_code
+
+    @staticmethod
+    def at(arr: pa.Array, rows: list[int]) -> list[str | None]:
+        """The values of a few rows as text (None where null), without encoding the column."""
+        ok = valid(arr)
+        bufs = arr.buffers()
+        if bufs[1] is None or bufs[2] is None:
+            return [None] * len(rows)
+        off_dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+        offsets = np.frombuffer(bufs[1], off_dtype)[arr.offset :]
+        data = memoryview(bufs[2])
+        out: list[str | None] = []
+        for i in rows:
+            out.append(bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8", "replace") if ok[i] else None)
+        return out
+
+    def texts(self, null: str = "") -> list[str]:
+        """The distinct values as text (invalid UTF-8 replaced), and ``null`` for the null code."""
+        out = [b.decode("utf-8", "replace") for b in self.uniques]
+        return [*out, null] if self.null_code >= 0 else out
+
+    def _encode(self) -> tuple[np.ndarray, np.ndarray]:
+        return encode(self.data, self.offsets)
+
+
+def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes in order of first appearance, first row of each code) of strings ``data[offsets[i]:offsets[i+1]]``.
+
+    Strings of up to 24 bytes (``ph``, ``cat``) are keyed by their bytes as up to three
+    integers; longer ones (names) go through a dict, which costs about what a C++
+    dictionary encoder would. Both are exact.
+    """
+    lengths = np.diff(offsets)
+    n = lengths.size
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    longest = int(lengths.max())
+    if longest == 0:
+        return np.zeros(n, np.int64), np.zeros(1, np.int64)
+    if longest <= 24:
+        width = max(8, -(-longest // 8) * 8)
+        col = np.arange(width)
+        raw = data[np.minimum(offsets[:-1, None] + col, data.size - 1)]
+        raw[col >= lengths[:, None]] = 0
+        words = np.ascontiguousarray(raw).view(np.uint64)
+        if words.shape[1] == 1:
+            codes, first = _first_seen(words.reshape(-1))
+        else:
+            order = np.lexsort(words.T[::-1])
+            ranked = words[order]
+            new = np.ones(n, bool)
+            new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
+            group = np.empty(n, np.int64)
+            group[order] = np.cumsum(new) - 1
+            codes, first = _first_seen(group)
+        if np.all(lengths[first[codes]] == lengths):  # zero bytes could make two lengths look alike
+            return codes, first
+    return _encode_slowly(data, offsets)
+
+
+def encode_slices(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``encode`` for the byte ranges [starts, ends) of ``data``: (codes, first, the ranges joined, row offsets)."""
+    lengths = ends - starts
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    pos = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+    joined = data[np.repeat(starts, lengths) + pos]
+    codes, first = encode(joined, offsets)
+    return codes, first, joined, offsets
+
+
+def _first_seen(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes in order of first appearance, and the index of each code's first row."""
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    return rank[inverse.reshape(-1)], first[order]
+
+
+def _encode_slowly(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    seen: dict[bytes, int] = {}
+    raw = data.tobytes()
+    bounds = offsets.tolist()
+    codes = np.fromiter(
+        (seen.setdefault(raw[a:b], len(seen)) for a, b in itertools.pairwise(bounds)), np.int64, len(bounds) - 1
+    )
+    return codes, np.unique(codes, return_index=True)[1]
