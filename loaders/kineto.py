@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
+from gaplens.loaders import heap
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Source
 from gaplens.loaders.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
@@ -45,14 +46,17 @@ from gaplens.loaders.model import (
     Meta,
     Trace,
     TraceError,
-    build_trace,
+    build_columns,
 )
 
 Progress = Callable[[str, float], None]
 
 BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: stays in the CPU caches
 WORKERS = 2  # parse threads; with the gunzip thread and this one, enough for a few cores
-AHEAD = 6  # blocks framed ahead of classification
+AHEAD = 3  # blocks framed ahead of classification: each holds ~2 MB until classified
+# Classified blocks are joined in runs: small arrays freed early are reused by the next
+# blocks, and the big joined ones go straight back to the OS when the Trace is built.
+JOIN_EVERY = 32
 # The system allocator gives freed parse buffers back to malloc, where the numpy work
 # after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
 _POOL = pa.system_memory_pool()
@@ -136,7 +140,7 @@ class _Prefetch:
 
     _END = object()
 
-    def __init__(self, chunks: Iterator[bytes], depth: int = 16) -> None:
+    def __init__(self, chunks: Iterator[bytes], depth: int = 8) -> None:
         self._queue: queue.Queue = queue.Queue(depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(chunks,), name="gaplens-gunzip", daemon=True)
@@ -204,6 +208,7 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
         warnings.append(f"{ctx.bad_time} events with missing or negative ts/dur clamped to 0")
     if progress is not None:
         progress("building", 0.0)
+    heap.trim()  # the parse threads' buffers, before the columns are joined
     return _build(ctx, blocks_out, blocks.top, Meta(source_format="kineto", path=path, warnings=warnings))
 
 
@@ -213,6 +218,7 @@ def _read_all(
     """Frame ahead, parse on the pool, classify here in file order; rewind the framer when a layout block fails."""
     pending: deque[tuple[Piece, Future]] = deque()
     more = True
+    fresh = 0  # blocks appended since the last join
     while True:
         while more and len(pending) < AHEAD:
             piece = next(blocks, None)
@@ -233,6 +239,10 @@ def _read_all(
             more = True
             continue
         out.append(block)
+        fresh += 1
+        if fresh == JOIN_EVERY:
+            out[-fresh:] = [Block.join(out[-fresh:])]
+            fresh = 0
         if piece.gap is not None:
             stats.layout_blocks += 1
             blocks.confirm(piece.seq)
@@ -282,11 +292,15 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
         parts = [getattr(b, name) for b in blocks]
         for b in blocks:
             setattr(b, name, None)
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        parts.clear()
+        return out
 
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
-    start = cat("start", np.int64) + base
-    end = start + cat("dur", np.int64)
+    start = cat("start", np.int64)
+    start += base
+    end = cat("dur", np.int64)
+    end += start
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
@@ -295,21 +309,21 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
         for d in sorted({ln.device for ln in lanes if ln.is_gpu})
     ]
     meta.lacks = _lacks(kind)
-    return build_trace(
-        meta,
-        lanes,
-        list(ctx.names),
-        list(ctx.details),
-        remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
-        start,
-        end,
-        cat("name_id", np.int32),
-        kind,
-        cat("corr", np.int64),
-        cat("nbytes", np.int64),
-        cat("detail_id", np.int32),
-        corr_scope=None,
-    )
+    cols = {
+        "lane": remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
+        "start": start,
+        "end": end,
+        "name_id": cat("name_id", np.int32),
+        "kind": kind,
+        "corr": cat("corr", np.int64),
+        "bytes": cat("nbytes", np.int64),
+        "detail_id": cat("detail_id", np.int32),
+        "scope": None,
+    }
+    del start, end, kind
+    blocks.clear()
+    heap.trim()  # the joined blocks, before the sort
+    return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols)
 
 
 def _lacks(kind: np.ndarray) -> list[str]:

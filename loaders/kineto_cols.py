@@ -214,6 +214,17 @@ class Block:
         i32 = np.empty(0, np.int32)
         return Block(i32, i64, i64, i32, np.empty(0, np.int8), i64, i64, i32)
 
+    @staticmethod
+    def join(blocks: list[Block]) -> Block:
+        """One Block of many, column by column (each column of the parts dropped once joined)."""
+        names = ("lane", "start", "dur", "name_id", "kind", "corr", "nbytes", "detail_id")
+        out = {}
+        for name in names:
+            out[name] = np.concatenate([getattr(b, name) for b in blocks])
+            for b in blocks:
+                setattr(b, name, None)
+        return Block(**out)
+
 
 def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Lane ids (in order of first appearance over the file) for (kind, a, b) triples."""
