@@ -159,12 +159,17 @@ class Strings:
         return encode(self.data, self.offsets)
 
 
+_WORDS = 8  # strings up to 64 bytes are encoded as words; longer ones through a dict
+_P = np.uint64(0x9E3779B97F4A7C15)
+
+
 def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes in order of first appearance, first row of each code) of strings ``data[offsets[i]:offsets[i+1]]``.
 
-    Strings of up to 24 bytes (``ph``, ``cat``) are keyed by their bytes as up to three
-    integers; longer ones (names) go through a dict, which costs about what a C++
-    dictionary encoder would. Both are exact.
+    Strings of up to 64 bytes are padded into a few 64-bit words per row, grouped by a
+    hash of the words and then confirmed word for word, so the result is exact;
+    longer strings go through a dict of their bytes. Both cost about what a C++
+    dictionary encoder would.
     """
     lengths = np.diff(offsets)
     n = lengths.size
@@ -173,25 +178,46 @@ def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarra
     longest = int(lengths.max())
     if longest == 0:
         return np.zeros(n, np.int64), np.zeros(1, np.int64)
-    if longest <= 24:
-        width = max(8, -(-longest // 8) * 8)
-        col = np.arange(width)
-        raw = data[np.minimum(offsets[:-1, None] + col, data.size - 1)]
-        raw[col >= lengths[:, None]] = 0
-        words = np.ascontiguousarray(raw).view(np.uint64)
-        if words.shape[1] == 1:
-            codes, first = _first_seen(words.reshape(-1))
-        else:
-            order = np.lexsort(words.T[::-1])
-            ranked = words[order]
-            new = np.ones(n, bool)
-            new[1:] = np.any(ranked[1:] != ranked[:-1], axis=1)
-            group = np.empty(n, np.int64)
-            group[order] = np.cumsum(new) - 1
-            codes, first = _first_seen(group)
-        if np.all(lengths[first[codes]] == lengths):  # zero bytes could make two lengths look alike
-            return codes, first
-    return _encode_slowly(data, offsets)
+    short = lengths <= 8 * _WORDS
+    if short.all():
+        got = _encode_words(data, offsets[:-1], lengths)
+        return got if got is not None else _encode_slowly(data, offsets)
+    if np.count_nonzero(short) * 2 < n:
+        return _encode_slowly(data, offsets)
+    # Mixed: words for the short rows, the dict for the long ones, then one numbering.
+    rows_s, rows_l = np.flatnonzero(short), np.flatnonzero(~short)
+    got = _encode_words(data, offsets[rows_s], lengths[rows_s])
+    if got is None:
+        return _encode_slowly(data, offsets)
+    codes = np.empty(n, np.int64)
+    codes[rows_s] = got[0]
+    raw = data.tobytes()
+    seen: dict[bytes, int] = {}
+    base = int(got[1].size)
+    for i in rows_l.tolist():
+        codes[i] = base + seen.setdefault(raw[offsets[i] : offsets[i + 1]], len(seen))
+    codes, first = _first_seen(codes)
+    return codes, first
+
+
+def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``encode`` for strings of at most 64 bytes; None on a hash collision (the caller then uses a dict)."""
+    n = lengths.size
+    width = max(1, -(-int(lengths.max()) // 8))
+    col = np.arange(8 * width)
+    raw = data[np.minimum(starts[:, None] + col, max(data.size - 1, 0))] if data.size else np.zeros((n, 8), np.uint8)
+    raw[col >= lengths[:, None]] = 0
+    words = np.ascontiguousarray(raw).view(np.uint64)
+    h = lengths.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            h *= _P
+            h += words[:, j]
+    codes, first = _first_seen(h)
+    rep = first[codes]
+    if not (np.array_equal(words, words[rep]) and np.array_equal(lengths, lengths[rep])):
+        return None
+    return codes, first
 
 
 def encode_slices(

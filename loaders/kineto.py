@@ -93,16 +93,20 @@ class _Reader:
     def __init__(self) -> None:
         self.twins: dict[bytes, bytes] = {}
         self.scale = 3
-        self._options: dict[int, pj.ParseOptions] = {}
+        self._options: dict[tuple[int, frozenset[bytes]], pj.ParseOptions] = {}
 
     def parse(self, piece: Piece) -> _Parsed:
         """Runs on a worker: the piece's text to an Arrow batch and its Input Dims, or Arrow's complaint."""
         twins, scale = dict(self.twins), self.scale
         text, ends = arrow_input(piece, twins)
-        if scale not in self._options:
-            self._options[scale] = pj.ParseOptions(explicit_schema=schema(scale), unexpected_field_behavior="ignore")
+        key = (scale, frozenset(twins))
+        options = self._options.get(key)
+        if options is None:
+            fields = frozenset(k.decode() for k in twins)
+            options = pj.ParseOptions(explicit_schema=schema(scale, fields), unexpected_field_behavior="ignore")
+            self._options[key] = options
         try:
-            table = _read_json(text, self._options[scale])
+            table = _read_json(text, options)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             return _Parsed(None, str(exc), None, scale, frozenset(twins))
         batches = table.combine_chunks().to_batches()

@@ -74,8 +74,9 @@ def twin(key: str) -> str:
 TWIN_KEYS = ("pid", "tid", *_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)
 
 
-def schema(scale: int = 3) -> pa.Schema:
-    """What Arrow reads of an event; ``ts``/``dur`` as decimals of ``scale`` digits, exact for any number text."""
+def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
+    """What Arrow reads of an event: ``ts``/``dur`` as decimals of ``scale`` digits (exact for any
+    number text), and a string field for the twin of each args key in ``twins``."""
     time = pa.decimal128(38, scale)
     args = [
         *[(k, _I) for k in _INT_ARGS],
@@ -83,7 +84,7 @@ def schema(scale: int = 3) -> pa.Schema:
         *[(k, pa.float64()) for k in _FLOAT_ARGS],
         ("cuda_sync_kind", _S),
         ("name", _S),
-        *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)],
+        *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS) if k in twins],
     ]
     top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I), ("pis", _S), ("tis", _S)]
     return pa.schema([*top, ("ts", time), ("dur", time), ("args", pa.struct(args))])
@@ -269,12 +270,18 @@ def _time(arr: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
     return decimal_units(arr)
 
 
+def _twin_of(parent: pa.StructArray, key: str) -> pa.Array | None:
+    """The string values of ``key`` (its twin field), when this file has any."""
+    index = parent.type.get_field_index(twin(key))
+    return None if index < 0 else parent.field(index)
+
+
 def _int_arg(parent: pa.StructArray, key: str, fill: int) -> tuple[np.ndarray, np.ndarray]:
     """(values, present) of an integer arg, string values (the twin) read like ``as_int`` reads them."""
     arr = parent.field(key)
     values, present = ints(arr, fill), valid(arr)
-    other = parent.field(twin(key))
-    if other.null_count < len(other):
+    other = _twin_of(parent, key)
+    if other is not None and other.null_count < len(other):
         s = Strings(other)
         lut = np.asarray([as_int(t, fill) for t in s.texts()], np.int64)
         use = s.valid & ~present
@@ -432,7 +439,8 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
     readers = []
     for key, _ in KERNEL_ARGS:
         arr = args.field(key)
-        s = Strings(args.field(twin(key)))
+        other = _twin_of(args, key)
+        s = Strings(other if other is not None else pa.nulls(len(arr), pa.string()))
         s_texts = s.texts()
         if key in _LIST_ARGS:
             matrix, lengths = list_matrix(arr)
