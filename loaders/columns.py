@@ -38,6 +38,15 @@ def valid(arr: pa.Array) -> np.ndarray:
     return np.unpackbits(raw, bitorder="little")[arr.offset : arr.offset + n].astype(bool)
 
 
+def view(arr: pa.Array) -> np.ndarray:
+    """A read-only numpy view of a primitive column without nulls (``Array.to_numpy`` imports pandas)."""
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    data = arr.buffers()[1]
+    if data is None:
+        return np.empty(0, dtype)
+    return np.frombuffer(data, dtype)[arr.offset : arr.offset + len(arr)]
+
+
 def ints(arr: pa.Array, fill: int) -> np.ndarray:
     """An integer column as int64, ``fill`` where null."""
     n = len(arr)
