@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gaplens.analysis.gaps import Gap, analyse_gaps, gap_json, largest
+import numpy as np
+
+from gaplens.analysis.gaps import Gap, analyse_gaps, gap_columns, gap_json, largest
 from gaplens.analysis.phases import phases
 from gaplens.analysis.report import phase_at
 from gaplens.analysis.units import fmt_ns
@@ -18,16 +20,30 @@ def _shares(g: Gap) -> str:
 
 
 def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
-    found = phases(trace)
-    idle = sum(g.dur_ns for g in gaps)
     on = [g for g in gaps if g.on_critical_path]
+    counts = (len(gaps), sum(g.dur_ns for g in gaps), len(on), sum(g.dur_ns for g in on))
+    return _render(trace, counts, largest(gaps)[:top], top)
+
+
+def render_top_gaps(trace: Trace, top: int) -> str:
+    """``render_gaps`` for the whole trace from the gap columns: only the ``top`` largest become objects."""
+    cols = gap_columns(trace)
+    dur = cols.end_ns - cols.start_ns
+    on = cols.on_path
+    counts = (len(cols), int(dur.sum()), int(on.sum()), int(dur[on].sum()))
+    order = np.lexsort((cols.device, cols.start_ns, -dur))[:top]  # as largest(): longest, then by time
+    return _render(trace, counts, [cols.gap(trace, int(k)) for k in order.tolist()], top)
+
+
+def _render(trace: Trace, counts: tuple[int, int, int, int], shown: list[Gap], top: int) -> str:
+    found = phases(trace)
+    total, idle, on_count, on_ns = counts
     lines = [
-        f"{len(gaps):,} blank regions, {fmt_ns(idle)} idle; {len(on):,} on the critical path "
-        f"({fmt_ns(sum(g.dur_ns for g in on))})",
+        f"{total:,} blank regions, {fmt_ns(idle)} idle; {on_count:,} on the critical path ({fmt_ns(on_ns)})",
         "",
         f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<7} {'shares':<30} phase / evidence",
     ]
-    for k, g in enumerate(largest(gaps)[:top], 1):
+    for k, g in enumerate(shown, 1):
         phase = phase_at(trace, g.start_ns, g.end_ns, found)
         ev = ", ".join(trace.name(i)[:40] for i in g.evidence[2:4])
         mark = " ●" if g.on_critical_path else ""
@@ -37,8 +53,8 @@ def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
         )
         if g.message:
             lines.append(f"      {g.message}")
-    if len(gaps) > top:
-        lines.append(f"  … {len(gaps) - top:,} more (--top N)")
+    if total > top:
+        lines.append(f"  … {total - top:,} more (--top N)")
     lines.append("")
     lines.append("● the critical path ran through host work during the gap: the device waited for the host")
     return "\n".join(lines)
@@ -46,6 +62,10 @@ def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
 
 def cmd_gaps(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
+    if not args.json and args.phase is None:
+        # The text shows the largest few: keep the rest as columns (10^5 gaps at 1M events).
+        print(render_top_gaps(trace, args.top if args.top is not None else 20))
+        return 0
     gaps = analyse_gaps(trace, phase=args.phase, evidence_top=args.top if args.top is not None else 100)
     if args.json:
         rows = largest(gaps)[: args.top] if args.top is not None else largest(gaps)
