@@ -13,6 +13,7 @@ Python prints the list, ``Input Dims [[64, 2048], []]``, on either path.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import numpy as np
 import orjson
@@ -28,8 +29,16 @@ _SPACE = re.compile(rb"\s+")
 
 
 def dims_text(value) -> str:
-    """The detail for a decoded value, as the per-event path writes it."""
-    return f"Input Dims {value}"
+    """The detail for a decoded value: Python's print of it, decimals as floats (orjson's reading)."""
+    return f"Input Dims {_plain(value)}"
+
+
+def _plain(value):
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
 
 
 def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
