@@ -18,11 +18,8 @@ def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, uniques) with uniques in order of first appearance, like ``pandas.factorize``."""
     if values.size == 0:
         return np.empty(0, np.int64), values[:0]
-    uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(order.size, np.int64)
-    rank[order] = np.arange(order.size)
-    return rank[inverse.reshape(-1)], uniq[order]
+    codes, first = _first_seen(values)
+    return codes, values[first]
 
 
 def valid(arr: pa.Array) -> np.ndarray:
@@ -213,10 +210,14 @@ def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     """``encode`` for strings of at most 64 bytes; None on a hash collision (the caller then uses a dict)."""
     n = lengths.size
     width = max(1, -(-int(lengths.max()) // 8))
-    col = np.arange(8 * width)
-    raw = data[np.minimum(starts[:, None] + col, max(data.size - 1, 0))] if data.size else np.zeros((n, 8), np.uint8)
-    raw[col >= lengths[:, None]] = 0
-    words = np.ascontiguousarray(raw).view(np.uint64)
+    raw = np.zeros((n, 8 * width), np.uint8)
+    total = int(lengths.sum())
+    if total:
+        # Scatter the bytes of every string into its padded row: work in proportion to the bytes.
+        row = np.repeat(np.arange(n), lengths)
+        col = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        raw[row, col] = data[np.repeat(starts, lengths) + col]
+    words = raw.view(np.uint64)
     h = lengths.astype(np.uint64)
     with np.errstate(over="ignore"):
         for j in range(width):
@@ -243,11 +244,33 @@ def encode_slices(
 
 def _first_seen(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes in order of first appearance, and the index of each code's first row."""
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
+    n = key.size
+    _, inverse = np.unique(key, return_inverse=True)  # no return_index: that asks for a slower stable sort
+    inverse = inverse.reshape(-1)
+    first = np.full(int(inverse.max()) + 1 if n else 0, n, np.int64)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each code's first row
+    order = np.argsort(first)
     rank = np.empty(order.size, np.int64)
     rank[order] = np.arange(order.size)
-    return rank[inverse.reshape(-1)], first[order]
+    return rank[inverse], first[order]
+
+
+def encode_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_first_seen`` for the rows of an int64 matrix: hashed to one key, then confirmed row for row."""
+    n, width = matrix.shape
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    h = np.zeros(n, np.uint64)
+    words = matrix.view(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            h *= _P
+            h += words[:, j]
+    codes, first = _first_seen(h)
+    if np.array_equal(matrix, matrix[first[codes]]):
+        return codes, first
+    _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)  # a collision
+    return _first_seen(first[inverse.reshape(-1)])
 
 
 def _encode_slowly(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

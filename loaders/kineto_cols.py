@@ -17,7 +17,16 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 import pyarrow as pa
 
-from gaplens.loaders.columns import Strings, decimal_units, factorize, floats, ints, list_matrix, valid
+from gaplens.loaders.columns import (
+    Strings,
+    decimal_units,
+    encode_rows,
+    factorize,
+    floats,
+    ints,
+    list_matrix,
+    valid,
+)
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 
@@ -453,10 +462,10 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
         text_code = np.where(s.valid, s.codes, -1)[at]
         columns += [*cols, text_code]
         readers.append((key, len(cols), s_texts))
-    table = np.stack(columns, axis=1)
-    uniq, inverse = np.unique(table, axis=0, return_inverse=True)
+    table = np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
+    inverse, first = encode_rows(table)
     texts = []
-    for row in uniq.tolist():
+    for row in table[first].tolist():
         values: dict = {}
         i = 0
         for key, width, s_texts in readers:
@@ -483,9 +492,9 @@ def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, row
     kind_texts = kinds.texts("")
     kind_codes = kinds.codes[at]
     values = [_int_arg(args, f, -1)[0][at] for f in _SYNC_INTS]
-    keys = np.stack([kind_codes.astype(np.int64), *values], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    texts = [sync_detail(kind_texts[k], stream, on, rec) for k, stream, on, rec in uniq.tolist()]
+    keys = np.ascontiguousarray(np.stack([kind_codes.astype(np.int64), *values], axis=1))
+    inverse, first = encode_rows(keys)
+    texts = [sync_detail(kind_texts[k], stream, on, rec) for k, stream, on, rec in keys[first].tolist()]
     detail_id[syncs] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
 
 
