@@ -210,13 +210,20 @@ def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     """``encode`` for strings of at most 64 bytes; None on a hash collision (the caller then uses a dict)."""
     n = lengths.size
     width = max(1, -(-int(lengths.max()) // 8))
-    raw = np.zeros((n, 8 * width), np.uint8)
+    stride = 8 * width
+    raw = np.zeros(n * stride, np.uint8)
     total = int(lengths.sum())
     if total:
         # Scatter the bytes of every string into its padded row: work in proportion to the bytes.
-        row = np.repeat(np.arange(n), lengths)
-        col = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        raw[row, col] = data[np.repeat(starts, lengths) + col]
+        ends = np.cumsum(lengths)
+        shift = np.repeat(np.arange(0, n * stride, stride) - (ends - lengths), lengths)
+        shift += np.arange(total)
+        contiguous = bool(np.all(starts[1:] == starts[:-1] + lengths[:-1]))
+        if contiguous:
+            raw[shift] = data[starts[0] : starts[0] + total]
+        else:
+            raw[shift] = data[np.repeat(starts - (ends - lengths), lengths) + np.arange(total)]
+    raw = raw.reshape(n, stride)
     words = raw.view(np.uint64)
     h = lengths.astype(np.uint64)
     with np.errstate(over="ignore"):
