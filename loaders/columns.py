@@ -223,8 +223,8 @@ def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
             raw[shift] = data[starts[0] : starts[0] + total]
         else:
             raw[shift] = data[np.repeat(starts - (ends - lengths), lengths) + np.arange(total)]
-    raw = raw.reshape(n, stride)
-    words = raw.view(np.uint64)
+    rows = raw.reshape(n, stride)
+    words = rows.view(np.uint64)
     h = lengths.astype(np.uint64)
     with np.errstate(over="ignore"):
         for j in range(width):
