@@ -79,12 +79,19 @@ def store(path: str, trace: Trace) -> bool:
         base.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
         info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
-        table = pa.table({c: getattr(trace, c) for c in COLUMNS}).replace_schema_metadata({"token": token})
+        arrays = [_arrow(getattr(trace, c)) for c in COLUMNS]
+        table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
         _atomic(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
         _atomic(base.with_suffix(".json"), lambda fh: fh.write(info))
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
+
+
+def _arrow(column: np.ndarray) -> pa.Array:
+    """A numpy column as an Arrow array over the same memory (``pa.array`` would import pandas)."""
+    column = np.ascontiguousarray(column)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(column.dtype), column.size, [None, pa.py_buffer(column)])
 
 
 def _write_ipc(fh, table: pa.Table) -> None:
