@@ -93,18 +93,19 @@ class _Reader:
     def __init__(self) -> None:
         self.twins: dict[bytes, bytes] = {}
         self.scale = 3
-        self._options: dict[tuple[int, frozenset[bytes]], pj.ParseOptions] = {}
+        self._options: dict[tuple[int, frozenset[str]], pj.ParseOptions] = {}
 
     def parse(self, piece: Piece) -> _Parsed:
         """Runs on a worker: the piece's text to an Arrow batch and its Input Dims, or Arrow's complaint."""
         twins, scale = dict(self.twins), self.scale
         text, ends = arrow_input(piece, twins)
-        key = (scale, frozenset(twins))
-        options = self._options.get(key)
+        fields = frozenset(k.decode() for k in twins)
+        if piece.gap is None:
+            fields |= {"pid", "tid"}  # the structural scan renames string pids/tids itself
+        options = self._options.get((scale, fields))
         if options is None:
-            fields = frozenset(k.decode() for k in twins)
             options = pj.ParseOptions(explicit_schema=schema(scale, fields), unexpected_field_behavior="ignore")
-            self._options[key] = options
+            self._options[(scale, fields)] = options
         try:
             table = _read_json(text, options)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:

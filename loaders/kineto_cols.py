@@ -85,7 +85,8 @@ TWIN_KEYS = ("pid", "tid", *_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)
 
 def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
     """What Arrow reads of an event: ``ts``/``dur`` as decimals of ``scale`` digits (exact for any
-    number text), and a string field for the twin of each args key in ``twins``."""
+    number text), and a string field for the twin of each key in ``twins`` (every field costs
+    parse time on every event, so twins are asked for once seen)."""
     time = pa.decimal128(38, scale)
     args = [
         *[(k, _I) for k in _INT_ARGS],
@@ -95,7 +96,8 @@ def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
         ("name", _S),
         *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS) if k in twins],
     ]
-    top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I), ("pis", _S), ("tis", _S)]
+    top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I)]
+    top += [(twin(k), _S) for k in ("pid", "tid") if k in twins]
     return pa.schema([*top, ("ts", time), ("dur", time), ("args", pa.struct(args))])
 
 
@@ -368,6 +370,12 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
     )
 
 
+def _strings_of(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A string column of the batch; all nulls when this parse did not ask for it (a twin not yet seen)."""
+    index = batch.schema.get_field_index(name)
+    return batch.column(index) if index >= 0 else pa.nulls(batch.num_rows, pa.string())
+
+
 def _id_column(ints_arr: pa.Array, strs_arr: pa.Array, rows: np.ndarray, conv) -> np.ndarray:
     """A pid/tid column at ``rows``: the int, else the string through ``conv``, else ``conv(0)``.
 
@@ -387,14 +395,14 @@ def _id_column(ints_arr: pa.Array, strs_arr: pa.Array, rows: np.ndarray, conv) -
 
 
 def _host_keys(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    a = _id_column(batch.column("pid"), batch.column("pis"), rows, ctx.host_id)
-    b = _id_column(batch.column("tid"), batch.column("tis"), rows, ctx.host_id)
+    a = _id_column(batch.column("pid"), _strings_of(batch, "pis"), rows, ctx.host_id)
+    b = _id_column(batch.column("tid"), _strings_of(batch, "tis"), rows, ctx.host_id)
     return a, b
 
 
 def _gpu_keys(ctx: Context, batch: pa.RecordBatch, args: pa.StructArray, g: np.ndarray):
     """(device, stream) of GPU rows: the pid names the device unless it is a label; streams from args or tid."""
-    pid_i, pid_s = batch.column("pid"), batch.column("pis")
+    pid_i, pid_s = batch.column("pid"), _strings_of(batch, "pis")
     pid_int = valid(pid_i)[g]
     dev_arg, dev_ok = _int_arg(args, "device", 0)
     s = Strings(pid_s)
@@ -409,7 +417,7 @@ def _gpu_keys(ctx: Context, batch: pa.RecordBatch, args: pa.StructArray, g: np.n
     device = np.where(pid_int, ints(pid_i, 0)[g], device)
 
     stream, stream_ok = _int_arg(args, "stream", 0)
-    tid_i, tid_s = batch.column("tid"), batch.column("tis")
+    tid_i, tid_s = batch.column("tid"), _strings_of(batch, "tis")
     from_tid = ints(tid_i, 0)[g]
     tid_int = valid(tid_i)[g]
     if not tid_int.all():
@@ -503,7 +511,7 @@ def _metadata_rows(ctx: Context, batch: pa.RecordBatch, m: np.ndarray) -> None:
     rows = m.tolist()
     names = Strings.at(batch.column("name"), rows)
     values = Strings.at(batch.column("args").field("name"), rows)
-    pis, tis = Strings.at(batch.column("pis"), rows), Strings.at(batch.column("tis"), rows)
+    pis, tis = Strings.at(_strings_of(batch, "pis"), rows), Strings.at(_strings_of(batch, "tis"), rows)
     pid_i, tid_i = ints(batch.column("pid"), 0)[m], ints(batch.column("tid"), 0)[m]
     pid_ok, tid_ok = valid(batch.column("pid"))[m], valid(batch.column("tid"))[m]
     for j in range(len(rows)):
