@@ -9,7 +9,9 @@ inference capture (``decode_eager``) tiled to 5M events, over 1 GB of JSON.
 For each, in one run:
 
 - **load**: a cold load (no gaplens cache) in a fresh interpreter, best of N; the
-  same child reports how many events took the per-event path (``LoadStats``).
+  same child reports how many events took the per-event path (``LoadStats``) and the
+  CPU time of all its threads (gunzip, two parse workers, classification), which says
+  what the load needs from an idle machine when the box is shared.
 - **floor**: gunzip of the file plus the fastest plain parse of the same bytes
   (orjson, msgspec when installed), nothing else. The event array is parsed in
   pieces of at most 256 MB (cut between events) so a gigabyte file fits in memory;
@@ -67,10 +69,10 @@ import json, sys, time
 from gaplens.loaders import load
 from gaplens.loaders.kineto import LoadStats
 stats = LoadStats()
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 trace = load(sys.argv[1], use_cache=False, stats=stats)
-elapsed = time.perf_counter() - t0
-print(json.dumps({"s": elapsed, "loaded": len(trace), "events": stats.events, "slow": stats.slow_events,
+elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"s": elapsed, "cpu": cpu, "loaded": len(trace), "events": stats.events, "slow": stats.slow_events,
                   "layout": stats.layout_blocks, "structure": stats.structure_blocks, "rewinds": stats.rewinds,
                   "peak": peak_rss()}))
 """
@@ -191,6 +193,7 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
         "events": result["events"],
         "json_mb": size / 1e6,
         "load_s": result["s"],
+        "load_cpu_s": result["cpu"],
         "floor_s": floor,
         "gunzip_s": gunzip,
         "parsers_s": parsers,
@@ -212,6 +215,9 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
     parsers_text = ", ".join(f"{k} {v:.2f}s" for k, v in parsers.items())
     parts = f"hit {reopen['hit']:.2f}s, summary {reopen['summary'] - reopen['hit']:.2f}s, gaps {reopen['gaps']:.2f}s"
     print(f"{'':<28} floor = gunzip {gunzip:.2f}s + {fastest} ({parsers_text}); reopen {reopen['s']:.2f}s ({parts})")
+    cpu = result["cpu"]
+    idle = f"on 2 idle cores >= {cpu / 2:.2f}s"
+    print(f"{'':<28} load CPU {cpu:.2f}s over all threads ({cpu / floor:.2f} x floor; {idle})")
     return row
 
 
