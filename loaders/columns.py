@@ -184,6 +184,8 @@ def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarra
     longest = int(lengths.max())
     if longest == 0:
         return np.zeros(n, np.int64), np.zeros(1, np.int64)
+    if longest == 1 and int(lengths.min()) == 1:  # ``ph``: one byte each, the byte is the key
+        return _first_seen(data[offsets[0] : offsets[0] + n])
     short = lengths <= 8 * _WORDS
     if short.all():
         got = _encode_words(data, offsets[:-1], lengths)
@@ -252,8 +254,19 @@ def encode_slices(
 def _first_seen(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes in order of first appearance, and the index of each code's first row."""
     n = key.size
+    if n and key.dtype.kind in "iu":
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo <= 4 * n + 1024:  # small range (bytes, codes): a table instead of a sort
+            present = np.zeros(hi - lo + 1, bool)
+            present[key - lo] = True
+            inverse = np.cumsum(present, dtype=np.int64)[key - lo] - 1
+            return _ranked(inverse, n)
     _, inverse = np.unique(key, return_inverse=True)  # no return_index: that asks for a slower stable sort
-    inverse = inverse.reshape(-1)
+    return _ranked(inverse.reshape(-1), n)
+
+
+def _ranked(inverse: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes 0..k-1 renumbered in order of first appearance, and each one's first row."""
     first = np.full(int(inverse.max()) + 1 if n else 0, n, np.int64)
     first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each code's first row
     order = np.argsort(first)

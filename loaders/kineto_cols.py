@@ -457,8 +457,12 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
     for key, _ in KERNEL_ARGS:
         arr = args.field(key)
         other = _twin_of(args, key)
-        s = Strings(other if other is not None else pa.nulls(len(arr), pa.string()))
-        s_texts = s.texts()
+        if other is not None and other.null_count < len(other):
+            s = Strings(other)
+            s_texts = s.texts()
+            text_code = np.where(s.valid, s.codes, -1)[at]
+        else:
+            s_texts, text_code = [], np.full(at.size, -1, np.int64)
         if key in _LIST_ARGS:
             matrix, lengths = list_matrix(arr)
             cols = [lengths[at], *(matrix[at].T if matrix.shape[1] else [])]
@@ -467,7 +471,6 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
             cols = [np.where(np.isnan(f), -1, 0), np.where(np.isnan(f), 0, f).view(np.int64)]
         else:
             cols = [np.where(valid(arr)[at], 0, -1), ints(arr, 0)[at]]
-        text_code = np.where(s.valid, s.codes, -1)[at]
         columns += [*cols, text_code]
         readers.append((key, len(cols), s_texts))
     table = np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
