@@ -261,6 +261,14 @@ def _first_seen(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             present[key - lo] = True
             inverse = np.cumsum(present, dtype=np.int64)[key - lo] - 1
             return _ranked(inverse, n)
+    if n > 100_000:
+        # Few distinct values among many (lanes, names, ids of an nsys table): numpy's hashed
+        # unique plus a binary search into it beats sorting all n (3x at 10M); a strided
+        # sample decides, the result is exact either way.
+        sample = key[:: n // 10_000]
+        if np.unique(sample).size * 20 < sample.size:
+            uniq = np.unique(key)
+            return _ranked(np.searchsorted(uniq, key), n)
     _, inverse = np.unique(key, return_inverse=True)  # no return_index: that asks for a slower stable sort
     return _ranked(inverse.reshape(-1), n)
 
