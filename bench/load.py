@@ -1,12 +1,29 @@
-"""`python -m bench load`: Kineto load speed, peak memory per event and the ratio to the floor.
+"""`python -m bench load`: Kineto load time against the JSON floor, peak memory per event, reopen time.
 
-The floor is gunzip plus the fastest plain JSON parse of the same bytes (orjson,
-msgspec, and pyarrow.json when it can read the document at all), doing nothing
-else. Loads run in a fresh subprocess each, so the peak resident size is the
-load's own: it is measured from the interpreter with gaplens imported and warmed
-on a tiny trace (Arrow's compute registry alone is ~45 MB, whatever the trace),
-and from the bare import too; the marginal bytes per event (slope between the
-smallest and largest trace) leaves out the fixed block buffers.
+Two traces, both real samples tiled in time with the writer's own layout
+(``bench.synth``): a ``record_shapes`` + ``with_stack`` capture tiled to 1M events
+(``tests/data/options_all.json.gz`` when present, else ``shapes_stack``) and an
+inference capture (``decode_eager``) tiled to 5M events, over 1 GB of JSON.
+``--quick`` tiles them to 100k and 200k events.
+
+For each, in one run:
+
+- **load**: a cold load (no gaplens cache) in a fresh interpreter, best of N; the
+  same child reports how many events took the per-event path (``LoadStats``) and the
+  CPU time of all its threads (gunzip, two parse workers, classification), which says
+  what the load needs from an idle machine when the box is shared.
+- **floor**: gunzip of the file plus the fastest plain parse of the same bytes
+  (orjson, msgspec when installed), nothing else. The event array is parsed in
+  pieces of at most 256 MB (cut between events) so a gigabyte file fits in memory;
+  each piece alone parses at least as fast as the whole would.
+- **peak**: the whole child process's peak resident size (VmHWM: interpreter,
+  imports and all) divided by the events in the file.
+- **reopen**: in a fresh interpreter, a cache hit plus the readings of
+  ``gaplens summary`` and of ``gaplens gaps`` (its top 20), per 1M events.
+
+Targets (issue 11): load <= 0.5 x floor, <= 200 B/event, 0 slow-path events, reopen
+<= 0.5 s per 1M events. The box is shared: the ratios, measured in the same run, are
+what to compare; the load average is printed with the numbers.
 """
 
 from __future__ import annotations
@@ -14,160 +31,193 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parent.parent.parent / "shared"
-LARGEST = SHARED / "samples" / "decode_eager.json.gz"
-PUBLIC_LARGE = SHARED / "public-samples" / "hta" / "large_216k_events.json.gz"
-WARMUP = SHARED / "samples" / "train_step.json.gz"
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+OPTIONS_ALL = ROOT / "tests" / "data" / "options_all.json.gz"
+SHAPES_STACK = ROOT / "tests" / "data" / "shapes_stack.json.gz"
+DECODE = SHARED / "samples" / "decode_eager.json.gz"
+PIECE = 256 << 20  # bytes of JSON per floor parse
+SEP = b"},\n  {"
 
-_CHILD = r"""
-import gc, json, resource, sys, time
-def rss():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) * 1024
+_PEAK = r"""
+def peak_rss():
+    # VmHWM: the high-water mark of this process since exec. (ru_maxrss can carry the
+    # parent's size over from the fork that started it.)
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-def hwm():
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM"):
-                return int(line.split()[1]) * 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+"""
+
+_LOAD_CHILD = (
+    _PEAK
+    + r"""
+import json, sys, time
 from gaplens.loaders import load
-from gaplens.loaders.jsonframe import Framed
-imported = rss()
-if sys.argv[2]:
-    load(sys.argv[2], use_cache=False)
-gc.collect()
-warm = rss()
-try:
-    with open("/proc/self/clear_refs", "w") as fh:
-        fh.write("5")  # reset the high-water mark to the current size
-except OSError:
-    pass
+from gaplens.loaders.kineto import LoadStats
+stats = LoadStats()
+t0, c0 = time.perf_counter(), time.process_time()
+trace = load(sys.argv[1], use_cache=False, stats=stats)
+elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"s": elapsed, "cpu": cpu, "loaded": len(trace), "events": stats.events, "slow": stats.slow_events,
+                  "layout": stats.layout_blocks, "structure": stats.structure_blocks, "rewinds": stats.rewinds,
+                  "peak": peak_rss()}))
+"""
+)
+
+_REOPEN_CHILD = r"""
+import json, sys, time
+from gaplens.loaders import load
+load(sys.argv[1])  # makes sure the entry exists (a miss when the loaders changed)
+from gaplens.analysis import memo
+from gaplens.analysis.gaps import gap_columns
+from gaplens.tui.commands.summary import render_text
+from gaplens.tui.commands.readings import render_top_gaps
+memo.clear()
 t0 = time.perf_counter()
-trace = load(sys.argv[1], use_cache=False)
-elapsed = time.perf_counter() - t0
-print(json.dumps({"s": elapsed, "peak": hwm(), "imported": imported, "warm": warm, "loaded": len(trace)}))
+trace = load(sys.argv[1])
+hit = time.perf_counter() - t0
+render_text(trace, 10)
+t1 = time.perf_counter()
+render_top_gaps(trace, 20)
+t2 = time.perf_counter()
+print(json.dumps({"hit": hit, "summary": t1 - t0, "gaps": t2 - t1, "s": t2 - t0}))
 """
 
 
-def _child_load(path: str) -> dict:
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root))
-    warm = str(WARMUP) if WARMUP.exists() else ""
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD, path, warm], capture_output=True, text=True, env=env, check=True, cwd=root
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+_CACHE = {"dir": ""}  # where the children keep reopen entries, apart from the user's cache
 
 
-def _floor(path: str, repeats: int) -> tuple[float, float, dict[str, float]]:
-    """(gunzip s, fastest parse s, every parser's s) on the same bytes."""
+def _run_child(code: str, path: str) -> dict:
+    """Run ``code`` in a fresh interpreter: its last line of output, as JSON."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GAPLENS_CACHE_DIR=_CACHE["dir"])
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.run([sys.executable, "-c", code, path], stdout=out, stderr=err, env=env, cwd=ROOT)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise RuntimeError(f"benchmark child failed: {err.read().decode(errors='replace')[-2000:]}")
+        return json.loads(out.read().decode().strip().splitlines()[-1])
+
+
+def _gunzip_s(path: str) -> tuple[float, int]:
+    """Seconds to decompress the whole file (output discarded), and its decompressed size."""
+    d = zlib.decompressobj(wbits=47)
+    size = 0
+    t0 = time.perf_counter()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            size += len(d.decompress(block))
+    return time.perf_counter() - t0, size
+
+
+def _pieces(path: str) -> list[bytes]:
+    """The document as JSON texts of at most PIECE bytes: the array's events in slices, each a JSON array."""
+    raw = zlib.decompress(Path(path).read_bytes(), 47)
+    if len(raw) <= PIECE:
+        return [raw]
+    start = raw.index(b"[", raw.index(b'"traceEvents"')) + 1
+    end = raw.rindex(b"]")
+    out = [raw[:start] + b"]}"]
+    at = start
+    while at < end:
+        cut = raw.rfind(SEP, at, at + PIECE) if end - at > PIECE else -1
+        stop = cut + 1 if cut > at else end
+        out.append(b"[" + raw[at:stop].strip().lstrip(b",") + b"]")
+        at = stop + 1
+    del raw
+    return out
+
+
+def _parse_s(pieces: list[bytes], repeats: int) -> dict[str, float]:
+    """Best-of-N seconds of each plain JSON parser over all the pieces."""
     import orjson
 
-    raw = Path(path).read_bytes()
-
-    def best(fn) -> float:
-        times = []
-        for _ in range(repeats):
-            gc.collect()
-            t0 = time.perf_counter()
-            result = fn()
-            times.append(time.perf_counter() - t0)
-            del result
-        return min(times)
-
-    gzipped = raw[:2] == b"\x1f\x8b"
-    gunzip = best(lambda: zlib.decompress(raw, 47)) if gzipped else 0.0
-    data = zlib.decompress(raw, 47) if gzipped else raw
-    parsers = {"orjson": lambda: orjson.loads(data)}
+    parsers = {"orjson": orjson.loads}
     try:
         import msgspec
 
-        parsers["msgspec"] = lambda: msgspec.json.decode(data)
+        parsers["msgspec"] = msgspec.json.decode
     except ImportError:
         pass
-    times = {name: best(fn) for name, fn in parsers.items()}
-    times["pyarrow.json"] = _pyarrow_whole(data)
-    valid = {k: v for k, v in times.items() if v == v}
-    return gunzip, min(valid.values()), times
+    times = {}
+    for name, parse in parsers.items():
+        best = float("inf")
+        for _ in range(repeats):
+            total = 0.0
+            for piece in pieces:
+                gc.collect()
+                t0 = time.perf_counter()
+                doc = parse(piece)
+                total += time.perf_counter() - t0
+                del doc
+            best = min(best, total)
+        times[name] = best
+    return times
 
 
-def _pyarrow_whole(data: bytes) -> float:
-    """pyarrow.json on the document as it is (one object); NaN when it cannot read it."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    opts = pj.ReadOptions(block_size=len(data) + 1, use_threads=True)
-    t0 = time.perf_counter()
-    try:
-        pj.read_json(pa.BufferReader(data), read_options=opts, parse_options=pj.ParseOptions(newlines_in_values=True))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return float("nan")
-    return time.perf_counter() - t0
+def _warm_memory(size: int) -> None:
+    """Touch ``size`` bytes once in a throwaway child: a VM's first touch of its memory is slow,
+    and would land on whichever measurement came first."""
+    code = f"import numpy as np; a = np.ones({size}, np.uint8); print('{{}}')"
+    _run_child(code, "")
 
 
-def _events(path: str) -> int:
-    from gaplens.loaders.files import Source
-    from gaplens.loaders.jsonframe import Framed, frame_events
-
-    framed = Framed()
-    for _ in frame_events(Source(path).chunks(), framed):
-        pass
-    return framed.events
-
-
-def _cache_hit(path: str) -> float:
-    from gaplens.loaders import cache, load
-
-    if cache.lookup(path) is None:
-        load(path)
-    t0 = time.perf_counter()
-    trace = load(path)
-    elapsed = time.perf_counter() - t0
-    del trace
-    return elapsed
-
-
-def bench_one(label: str, path: str, repeats: int) -> dict:
-    events = _events(path)
-    runs = [_child_load(path) for _ in range(repeats)]
-    run = min(runs, key=lambda r: r["s"])
-    gunzip, parse, parsers = _floor(path, repeats)
-    floor = gunzip + parse
-    hit = _cache_hit(path)
-    peak_warm = max(run["peak"] - run["warm"], 0)
-    peak_import = max(run["peak"] - run["imported"], 0)
+def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
+    runs = [_run_child(_LOAD_CHILD, path) for _ in range(repeats)]
+    result = min(runs, key=lambda r: r["s"])
+    peak = max(r["peak"] for r in runs)
+    gunzip, size = _gunzip_s(path)
+    pieces = _pieces(path)
+    parsers = _parse_s(pieces, 1 if size > PIECE else repeats)
+    del pieces
+    fastest = min(parsers, key=lambda k: parsers[k])
+    floor = gunzip + parsers[fastest]
+    _run_child(_REOPEN_CHILD, path)  # writes the cache entry
+    reopen = min((_run_child(_REOPEN_CHILD, path) for _ in range(repeats)), key=lambda r: r["s"])
     row = {
         "trace": label,
-        "events": events,
-        "loaded": run["loaded"],
-        "load_s": run["s"],
-        "events_per_s": events / run["s"],
-        "peak_bytes": peak_warm,
-        "bytes_per_event": peak_warm / events,
-        "bytes_per_event_from_import": peak_import / events,
+        "events": result["events"],
+        "json_mb": size / 1e6,
+        "load_s": result["s"],
+        "load_cpu_s": result["cpu"],
         "floor_s": floor,
-        "ratio": run["s"] / floor,
-        "cache_hit_s": hit,
         "gunzip_s": gunzip,
         "parsers_s": parsers,
+        "ratio": result["s"] / floor,
+        "events_per_s": result["events"] / result["s"],
+        "slow_events": result["slow"],
+        "peak_bytes": peak,
+        "bytes_per_event": peak / result["events"],
+        "reopen_s": reopen["s"],
+        "reopen_per_1m_s": reopen["s"] * 1e6 / result["events"],
+        "reopen_parts_s": reopen,
+        "blocks": {"layout": result["layout"], "structure": result["structure"], "rewinds": result["rewinds"]},
     }
-    fastest = min((k for k, v in parsers.items() if v == v), key=lambda k: parsers[k])
-    parsers_text = ", ".join(f"{k} {'n/a' if v != v else f'{v:.2f}s'}" for k, v in parsers.items())
     print(
-        f"{label:<22} {events:>9,} events  load {run['s']:6.2f}s  {row['events_per_s'] / 1e3:7.0f}k ev/s  "
-        f"peak {row['bytes_per_event']:5.0f} B/ev (from import {row['bytes_per_event_from_import']:.0f})  "
-        f"floor {floor:5.2f}s (gunzip {gunzip:.2f} + {fastest})  x{row['ratio']:.2f}  cache hit {hit:.3f}s"
+        f"{label:<28} {row['events']:>10,} {row['json_mb']:>7.0f} {row['load_s']:>7.2f} {floor:>7.2f} "
+        f"{row['ratio']:>6.2f} {row['events_per_s'] / 1e6:>7.2f}M {row['slow_events']:>5} "
+        f"{row['bytes_per_event']:>6.0f} {row['reopen_per_1m_s']:>8.2f}"
     )
-    print(f"{'':<22} parsers: {parsers_text}")
+    parsers_text = ", ".join(f"{k} {v:.2f}s" for k, v in parsers.items())
+    parts = f"hit {reopen['hit']:.2f}s, summary {reopen['summary'] - reopen['hit']:.2f}s, gaps {reopen['gaps']:.2f}s"
+    print(f"{'':<28} floor = gunzip {gunzip:.2f}s + {fastest} ({parsers_text}); reopen {reopen['s']:.2f}s ({parts})")
+    cpu = result["cpu"]
+    idle = f"on 2 idle cores >= {cpu / 2:.2f}s"
+    print(f"{'':<28} load CPU {cpu:.2f}s over all threads ({cpu / floor:.2f} x floor; {idle})")
     return row
 
 
@@ -176,19 +226,28 @@ def run(args) -> None:
 
     quick = bool(getattr(args, "quick", False))
     repeats = 1 if quick else 2
-    targets = [("decode_eager", str(LARGEST))]
-    if not quick and PUBLIC_LARGE.exists():
-        targets.append(("hta large_216k", str(PUBLIC_LARGE)))
-    want = 250_000 if quick else 1_000_000
-    path, n = synthetic(str(LARGEST), want)
-    targets.append((f"synthetic {n / 1e6:.2f}M", path))
-    print("targets: load <= 3x floor, peak <= 200 B/event (over the warmed interpreter)")
-    rows = [bench_one(label, p, repeats) for label, p in targets if Path(p).exists()]
-    if len(rows) >= 2:
-        # The slope between the smallest and the largest trace: the cost of one more event,
-        # free of the fixed ~30 MB of block buffers and allocator arenas.
-        small, big = rows[0], rows[-1]
-        slope = (big["peak_bytes"] - small["peak_bytes"]) / max(big["events"] - small["events"], 1)
-        print(f"marginal peak: {slope:.0f} B/event ({small['trace']} -> {big['trace']})")
+    shapes = OPTIONS_ALL if OPTIONS_ALL.exists() else SHAPES_STACK
+    targets = []
+    if shapes.exists():
+        path, n = synthetic(str(shapes), 100_000 if quick else 1_000_000)
+        targets.append((f"{shapes.name.split('.')[0]} x{n / 1e6:.1f}M", path, n))
+    if DECODE.exists():
+        path, n = synthetic(str(DECODE), 200_000 if quick else 5_000_000)
+        targets.append((f"{DECODE.name.split('.')[0]} x{n / 1e6:.1f}M", path, n))
+    if not targets:
+        print("load: no sample to tile (tests/data and ../shared/samples are missing); skipped")
+        return
+    _CACHE["dir"] = tempfile.mkdtemp(prefix="gaplens-bench-cache-")
+    _warm_memory(min(8 << 30, 2 * max(Path(p).stat().st_size for _, p, _ in targets) * 12))
+    load_avg = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print("targets: load <= 0.5x floor, <= 200 B/event (whole process), 0 slow-path events, reopen <= 0.5 s/1M events")
+    print(f"load average before: {load_avg} ({os.cpu_count()} cores)")
+    print(
+        f"{'trace':<28} {'events':>10} {'JSON MB':>7} {'load s':>7} {'floor s':>7} {'ratio':>6} {'ev/s':>8} "
+        f"{'slow':>5} {'B/ev':>6} {'reopen/1M':>9}"
+    )
+    rows = [bench_one(label, path, n, repeats) for label, path, n in targets]
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    shutil.rmtree(_CACHE["dir"], ignore_errors=True)
     if os.environ.get("GAPLENS_BENCH_JSON"):
         Path(os.environ["GAPLENS_BENCH_JSON"]).write_text(json.dumps(rows, indent=2))

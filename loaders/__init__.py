@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import os
 import zlib
+from typing import TYPE_CHECKING
 
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.model import Trace, TraceError
 
+if TYPE_CHECKING:
+    from gaplens.loaders.kineto import LoadStats
+
 __all__ = ["Progress", "Trace", "TraceError", "load"]
 
 
-def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: bool = True) -> Trace:
+def load(
+    path: str | os.PathLike,
+    progress: Progress | None = None,
+    use_cache: bool = True,
+    stats: LoadStats | None = None,
+) -> Trace:
     """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep.
 
     A trace built before (same absolute path, size and mtime) comes from the cache.
+    ``stats`` (Kineto) is filled with how the events were read.
     """
     path = os.fspath(path)
     head = _head(path)
@@ -25,7 +35,7 @@ def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: b
         if hit is not None:
             hit.meta.path = path  # as the caller spelled it, like a fresh load
             return hit
-    trace = _load(path, head, progress)
+    trace = _load(path, head, progress, stats)
     if use_cache:
         if progress is not None:
             progress("caching", 1.0)
@@ -33,7 +43,7 @@ def load(path: str | os.PathLike, progress: Progress | None = None, use_cache: b
     return trace
 
 
-def _load(path: str, head: bytes, progress: Progress | None) -> Trace:
+def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | None = None) -> Trace:
     if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
         from gaplens.loaders.nsys import load_nsys
 
@@ -42,7 +52,7 @@ def _load(path: str, head: bytes, progress: Progress | None) -> Trace:
         raise TraceError(f"{path}: the file is empty")
     from gaplens.loaders.kineto import load_kineto, require_events
 
-    return require_events(load_kineto(path, progress))
+    return require_events(load_kineto(path, progress, stats))
 
 
 def _gunzipped_head(head: bytes) -> bytes:

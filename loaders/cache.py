@@ -23,6 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from gaplens.loaders.columns import view
 from gaplens.loaders.files import cache_dir
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
@@ -61,11 +62,12 @@ def lookup(path: str) -> Trace | None:
         info = orjson.loads(base.with_suffix(".json").read_bytes())
         if info.get("stamp") != stamp:
             return None
-        with pa.OSFile(str(base.with_suffix(".arrow")), "rb") as fh:
+        # Mapped, not read: the columns are copied once, from the page cache into their arrays.
+        with pa.memory_map(str(base.with_suffix(".arrow")), "r") as fh:
             table = ipc.open_file(fh).read_all()
-        if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
-            return None
-        return _trace(table, info)
+            if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
+                return None
+            return _trace(table, info)
     except Exception:  # a damaged cache is a miss, whatever the damage
         return None
 
@@ -77,12 +79,19 @@ def store(path: str, trace: Trace) -> bool:
         base.parent.mkdir(parents=True, exist_ok=True)
         token = secrets.token_hex(8)
         info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
-        table = pa.table({c: getattr(trace, c) for c in COLUMNS}).replace_schema_metadata({"token": token})
+        arrays = [_arrow(getattr(trace, c)) for c in COLUMNS]
+        table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
         _atomic(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
         _atomic(base.with_suffix(".json"), lambda fh: fh.write(info))
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
+
+
+def _arrow(column: np.ndarray) -> pa.Array:
+    """A numpy column as an Arrow array over the same memory (``pa.array`` would import pandas)."""
+    column = np.ascontiguousarray(column)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(column.dtype), column.size, [None, pa.py_buffer(column)])
 
 
 def _write_ipc(fh, table: pa.Table) -> None:
@@ -126,6 +135,14 @@ def _describe(trace: Trace) -> dict:
     }
 
 
+def _column(chunked: pa.ChunkedArray) -> np.ndarray:
+    """One owned numpy array of a column, chunk by chunk (``ChunkedArray.to_numpy`` would import pandas)."""
+    parts = [view(chunk) for chunk in chunked.chunks]
+    if len(parts) == 1:
+        return parts[0].copy()
+    return np.concatenate(parts) if parts else np.empty(0, chunked.type.to_pandas_dtype())
+
+
 def _trace(table: pa.Table, info: dict) -> Trace:
     m = info["meta"]
     meta = Meta(
@@ -141,8 +158,8 @@ def _trace(table: pa.Table, info: dict) -> Trace:
         extra=m["extra"],
     )
     lanes = [Lane(i, LaneKind(k), n, p, t, d, s, tuple(sk)) for i, k, n, p, t, d, s, sk in info["lanes"]]
-    # Copies: arrays from Arrow are read-only views, and readers may expect to own them.
-    cols = {c: np.array(table.column(c).to_numpy(), copy=True) for c in COLUMNS}
+    # Copies: arrays from Arrow are read-only views of the mapped file, and readers may expect to own them.
+    cols = {c: _column(table.column(c)) for c in COLUMNS}
     n = cols["lane"].size
     key = cols["lane"].astype(np.int64) * 65536 + cols["depth"].astype(np.int64)
     starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1)) if n else np.empty(0, np.int64)

@@ -9,9 +9,6 @@ boundaries, so each block starts outside any string and needs no carried state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-
 import numpy as np
 import orjson
 
@@ -23,16 +20,6 @@ _WS[[9, 10, 13, 32]] = True
 _NL_TO_SPACE = np.arange(256, dtype=np.uint8)
 _NL_TO_SPACE[[10, 13]] = 32
 _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _RBRACKET = 34, 92, 123, 125, 44, 93
-
-
-@dataclass
-class Framed:
-    """What the framer learned besides the event blocks (filled as the scan proceeds)."""
-
-    top: dict = field(default_factory=dict)  # top-level keys other than traceEvents
-    events: int = 0  # complete events handed out
-    warnings: list[str] = field(default_factory=list)
-    bytes_seen: int = 0
 
 
 def string_quotes(arr: np.ndarray) -> np.ndarray:
@@ -79,6 +66,7 @@ class _Split:
         self.consumed = 0  # bytes of the block used (events and separators)
         self.array_end: int | None = None  # position just after the closing ``]``
         self.damage: int | None = None  # position where the array stops making sense
+        self.gap: bytes | None = None  # the bytes between every two events, when they are all the same
 
 
 def _rename_string_ids(frame: np.ndarray, q: np.ndarray) -> None:
@@ -144,6 +132,7 @@ def split_block(buf: bytes) -> _Split:
     frame = _NL_TO_SPACE[arr[start:stop]]
     _rename_string_ids(frame, q[(q >= start) & (q < stop)] - start)
     keep = gap_id < n - 1
+    out.gap = _uniform_gap(arr, g_start[: n - 1], g_end[: n - 1])
     frame[pos[keep] - start] = 32
     frame[g_start[: n - 1] - start] = 10
     out.ndjson = frame
@@ -155,6 +144,19 @@ def split_block(buf: bytes) -> _Split:
         # No event open after the last complete one: the array may end here.
         _end_or_damage(out, arr, stop, quiet=True)
     return out
+
+
+def _uniform_gap(arr: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes | None:
+    """The separator text when every gap between two events is the same bytes, else None."""
+    if starts.size == 0:
+        return None
+    width = int(ends[0] - starts[0])
+    if not np.all(ends - starts == width):
+        return None
+    gaps = arr[starts[:, None] + np.arange(width)]
+    if not np.all(gaps == gaps[0]):
+        return None
+    return gaps[0].tobytes()
 
 
 def _end_or_damage(out: _Split, arr: np.ndarray, at: int, quiet: bool = False) -> _Split:
@@ -176,7 +178,7 @@ def _end_or_damage(out: _Split, arr: np.ndarray, at: int, quiet: bool = False) -
     return out
 
 
-def _array_start(buf: bytes, final: bool) -> tuple[int, bool] | None:
+def array_start(buf: bytes, final: bool) -> tuple[int, bool] | None:
     """(index just after the events' ``[``, bare array?) or None when more bytes are needed."""
     body = buf.lstrip()
     if not body:
@@ -222,72 +224,7 @@ def _array_start(buf: bytes, final: bool) -> tuple[int, bool] | None:
     return None
 
 
-def frame_events(
-    chunks: Iterable[bytes],
-    framed: Framed,
-    block_size: int = 2 << 20,
-) -> Iterator[np.ndarray]:
-    """Yield NDJSON blocks (uint8 arrays) of complete events; fill ``framed`` with the rest.
-
-    String-valued ``pid``/``tid`` keys come out renamed ``pis``/``tis``.
-    """
-    it = iter(chunks)
-    head = b""
-    while True:
-        chunk = next(it, None)
-        if chunk is not None:
-            head += chunk
-            framed.bytes_seen += len(chunk)
-        found = _array_start(head, final=chunk is None)
-        if found is not None:
-            break
-    start, bare = found
-    prefix = head[: start - 1]
-    parts = [head[start:]]
-    size = len(parts[0])
-    trailer: bytes | None = None
-    damage_at: int | None = None
-    offset = start  # document position of parts[0][0]
-    exhausted = False
-    while trailer is None and damage_at is None:
-        chunk = None if exhausted else next(it, None)
-        if chunk is not None:
-            parts.append(chunk)
-            size += len(chunk)
-            framed.bytes_seen += len(chunk)
-            if size < block_size:
-                continue
-        else:
-            exhausted = True
-        buf = b"".join(parts)
-        del parts
-        res = split_block(buf)
-        if res.count:
-            framed.events += res.count
-            yield res.ndjson
-        if res.array_end is not None:
-            trailer = buf[res.array_end :]
-        elif res.damage is not None:
-            damage_at = offset + res.damage
-        elif exhausted:
-            damage_at = offset + res.consumed
-            break
-        rest = buf[res.consumed :]
-        offset += res.consumed
-        parts, size = [rest], len(rest)
-        del buf
-    if trailer is not None:
-        trailer += b"".join(it)
-        framed.top = _top_level(prefix, trailer, bare, framed)
-    else:
-        framed.warnings.append(
-            f"the file is truncated or damaged: kept the {framed.events} events before byte {damage_at}, "
-            "dropped the rest"
-        )
-        framed.top = _top_level(prefix, b"]}" if not bare else b"]", bare, framed, truncated=True)
-
-
-def _top_level(prefix: bytes, trailer: bytes, bare: bool, framed: Framed, truncated: bool = False) -> dict:
+def top_level(prefix: bytes, trailer: bytes, bare: bool, warnings: list[str], truncated: bool = False) -> dict:
     """Top-level keys: the document with an empty event array, parsed by orjson."""
     if bare:
         return {"__bare_array__": True}
@@ -295,7 +232,7 @@ def _top_level(prefix: bytes, trailer: bytes, bare: bool, framed: Framed, trunca
         doc = orjson.loads(prefix + b"[" + (b"" if truncated else b"]") + trailer)
     except orjson.JSONDecodeError:
         if not truncated:
-            framed.warnings.append("damaged JSON after traceEvents: keys written after the events are ignored")
+            warnings.append("damaged JSON after traceEvents: keys written after the events are ignored")
         try:
             doc = orjson.loads(prefix + b"[]}")
         except orjson.JSONDecodeError:

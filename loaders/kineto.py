@@ -5,25 +5,37 @@ string pids/tids and ``"stream 7"``, the three time encodings (read as decimals,
 so exact), duplicate or missing ``M`` metadata, truncated files. Launch links come
 from ``args.correlation`` within the file, never from flow events alone.
 
-The path is columnar: stream-gunzip, re-frame the event array as NDJSON in blocks
-(``jsonframe``), parse each block with Arrow's C++ JSON reader against an explicit
-schema, and classify with lookup tables (``kineto_cols``). A block Arrow refuses
-(mixed types inside a field) goes through the per-event fallback (``kineto_slow``).
+The path is columnar and runs on three kinds of threads at once: one gunzips
+(``_Prefetch``), two hand blocks of whole events (``jsonblocks``: cut at the
+writer's separator, or by structure) to Arrow's C++ JSON reader with an explicit
+schema and find their ``Input Dims`` text (``kineto_dims``), and this one classifies
+the parsed blocks in file order (``kineto_cols``) and builds the Trace. zlib, Arrow
+and most numpy work release the GIL. What Arrow refuses teaches the reader: a key
+seen with a string value gets its twin, more fraction digits a wider decimal, and
+a layout block it cannot read makes the framer rewind and cut by structure. Only a
+block that still fails goes through the per-event fallback (``kineto_slow``).
 """
 
 from __future__ import annotations
 
+import queue
+import re
+import threading
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
+from gaplens.loaders import heap
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Progress, Source
-from gaplens.loaders.jsonframe import Framed, frame_events
-from gaplens.loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
+from gaplens.loaders.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
+from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Context, Dims, as_int, from_arrow, schema, twin
+from gaplens.loaders.kineto_dims import find_dims
 from gaplens.loaders.kineto_slow import from_lines
 from gaplens.loaders.model import (
     CPU_KINDS,
@@ -34,36 +46,161 @@ from gaplens.loaders.model import (
     Meta,
     Trace,
     TraceError,
-    build_trace,
+    build_columns,
 )
 
-BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: the numpy scan's temporaries are ~6x this
-_READ = pj.ReadOptions(use_threads=True, block_size=1 << 19)  # two chunks per block for Arrow's threads
-_PARSE = pj.ParseOptions(explicit_schema=SCHEMA, unexpected_field_behavior="ignore")
+BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: stays in the CPU caches
+WORKERS = 2  # parse threads; with the gunzip thread and this one, enough for a few cores
+AHEAD = 3  # blocks framed ahead of classification: each holds ~2 MB until classified
+# Classified blocks are joined in runs: small arrays freed early are reused by the next
+# blocks, and the big joined ones go straight back to the OS when the Trace is built.
+JOIN_EVERY = 32
 # The system allocator gives freed parse buffers back to malloc, where the numpy work
 # after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
 _POOL = pa.system_memory_pool()
+_MIXED = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (?:string|number|array)")
+_SCALE = re.compile(r"Failed to convert JSON to decimal128\(\d+, \d+\).* requires scale (\d+)")
+_ARG_TWINS = {f"/args/{k}": k for k in TWIN_KEYS if k not in ("pid", "tid")} | {"/pid": "pid", "/tid": "tid"}
 
 
-def load_kineto(path: str, progress: Progress | None = None) -> Trace:
+@dataclass
+class LoadStats:
+    """How one load read its events; the benchmark prints it and the tests hold it to zero slow events."""
+
+    events: int = 0  # events read, of every phase
+    layout_blocks: int = 0  # blocks cut at the writer's separator
+    structure_blocks: int = 0  # blocks cut by the structural scan
+    retried_blocks: int = 0  # parsed again after learning a twin key or a wider decimal
+    rewinds: int = 0  # layout blocks Arrow refused, cut again by structure
+    slow_events: int = 0  # events decoded one by one (kineto_slow)
+    twins: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Parsed:
+    batch: pa.RecordBatch | None
+    error: str | None
+    dims: Dims | None
+    scale: int
+    twins: frozenset[bytes]  # the twin keys this parse renamed
+
+
+class _Reader:
+    """What Arrow is told about this file, learned from what it refuses: twin keys and the decimal scale."""
+
+    def __init__(self) -> None:
+        self.twins: dict[bytes, bytes] = {}
+        self.scale = 3
+        self._options: dict[tuple[int, frozenset[str]], pj.ParseOptions] = {}
+
+    def parse(self, piece: Piece) -> _Parsed:
+        """Runs on a worker: the piece's text to an Arrow batch and its Input Dims, or Arrow's complaint."""
+        twins, scale = dict(self.twins), self.scale
+        text, ends = arrow_input(piece, twins)
+        fields = frozenset(k.decode() for k in twins)
+        if piece.gap is None:
+            fields |= {"pid", "tid"}  # the structural scan renames string pids/tids itself
+        options = self._options.get((scale, fields))
+        if options is None:
+            options = pj.ParseOptions(explicit_schema=schema(scale, fields), unexpected_field_behavior="ignore")
+            self._options[(scale, fields)] = options
+        try:
+            table = _read_json(text, options)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            return _Parsed(None, str(exc), None, scale, frozenset(twins))
+        batches = table.combine_chunks().to_batches()
+        batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+        return _Parsed(batch, None, Dims(*find_dims(text, ends)), scale, frozenset(twins))
+
+    def learn(self, parsed: _Parsed, stats: LoadStats) -> bool:
+        """Adapt to Arrow's complaint about a parse; False when a new parse cannot help."""
+        error = parsed.error or ""
+        m = _MIXED.search(error)
+        if m and m.group(1) in _ARG_TWINS:
+            key = _ARG_TWINS[m.group(1)].encode()
+            if key not in self.twins:
+                self.twins[key] = twin(key.decode()).encode()
+                stats.twins.append(key.decode())
+            return key not in parsed.twins  # else the rename could not reach this layout
+        m = _SCALE.search(error)
+        if m:
+            wider = next((s for s in (9, 18) if s >= int(m.group(1))), None)
+            if wider is not None and wider > self.scale:
+                self.scale = wider
+            return self.scale > parsed.scale
+        return False
+
+
+def _read_json(text: np.ndarray, options: pj.ParseOptions) -> pa.Table:
+    """Arrow's reader on one block: a single chunk, so events may span lines; the pool threads run blocks."""
+    read = pj.ReadOptions(use_threads=False, block_size=max(text.size + 1, 1 << 16))
+    source = pa.BufferReader(pa.py_buffer(text))
+    return pj.read_json(source, read_options=read, parse_options=options, memory_pool=_POOL)
+
+
+class _Prefetch:
+    """Iterate decompressed chunks from a thread of its own, a few ahead: gunzip runs while blocks parse."""
+
+    _END = object()
+
+    def __init__(self, chunks: Iterator[bytes], depth: int = 8) -> None:
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(chunks,), name="gaplens-gunzip", daemon=True)
+        self._thread.start()
+
+    def _run(self, chunks: Iterator[bytes]) -> None:
+        try:
+            for chunk in chunks:
+                if not self._put(chunk):
+                    return
+            self._put(self._END)
+        except BaseException as exc:  # handed to the reading thread, which raises it
+            self._put(exc)
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            item = self._queue.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | None = None) -> Trace:
     """Read a Kineto trace file (plain or gzip) into a Trace."""
+    stats = stats if stats is not None else LoadStats()
     source = Source(path, progress)
-    framed = Framed()
     ctx = Context()
-    blocks: list[Block] = []
-    # Arrow parses block i on a worker (it releases the GIL) while this thread
-    # gunzips and frames block i+1; classification stays here, in file order.
-    pending: deque[tuple[np.ndarray, Future]] = deque()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        for ndjson in frame_events(source.chunks(), framed, BLOCK_SIZE):
-            pending.append((ndjson, pool.submit(_read_json, ndjson)))
-            if len(pending) > 1:
-                blocks.extend(_classify(ctx, *pending.popleft()))
-        while pending:
-            blocks.extend(_classify(ctx, *pending.popleft()))
+    reader = _Reader()
+    blocks_out: list[Block] = []
+    prefetch = _Prefetch(source.chunks())
+    try:
+        blocks = EventBlocks(iter(prefetch), BLOCK_SIZE)
+        with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gaplens-parse") as pool:
+            _read_all(blocks, reader, pool, ctx, stats, blocks_out)
+    finally:
+        prefetch.close()
     # A cut gzip stream also cuts the JSON: one line says both.
-    damage = "; ".join(source.warnings + framed.warnings)
-    if framed.events == 0:
+    framing = list(blocks.warnings)
+    if blocks.damaged_at is not None:
+        framing.append(damage_warning(stats.events, blocks.damaged_at))
+    damage = "; ".join(source.warnings + framing)
+    if stats.events == 0:
         if damage:
             raise TraceError(f"{path}: damaged before its first event ({damage})")
         raise TraceError(f"{path}: the trace holds no events (empty traceEvents)")
@@ -74,20 +211,67 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
         warnings.append(f"{ctx.bad_time} events with missing or negative ts/dur clamped to 0")
     if progress is not None:
         progress("building", 0.0)
-    return _build(ctx, blocks, framed.top, Meta(source_format="kineto", path=path, warnings=warnings))
+    heap.trim()  # the parse threads' buffers, before the columns are joined
+    return _build(ctx, blocks_out, blocks.top, Meta(source_format="kineto", path=path, warnings=warnings))
 
 
-def _classify(ctx: Context, ndjson: np.ndarray, parsed: Future) -> list[Block]:
-    try:
-        table = parsed.result()
-    except pa.ArrowInvalid:
-        return [from_lines(ctx, ndjson.tobytes())]
-    return [from_arrow(ctx, batch) for batch in table.combine_chunks().to_batches()]
+def _read_all(
+    blocks: EventBlocks, reader: _Reader, pool: ThreadPoolExecutor, ctx: Context, stats: LoadStats, out: list[Block]
+) -> None:
+    """Frame ahead, parse on the pool, classify here in file order; rewind the framer when a layout block fails."""
+    pending: deque[tuple[Piece, Future]] = deque()
+    more = True
+    fresh = 0  # blocks appended since the last join
+    while True:
+        while more and len(pending) < AHEAD:
+            piece = next(blocks, None)
+            if piece is None:
+                more = False
+                break
+            pending.append((piece, pool.submit(reader.parse, piece)))
+        if not pending:
+            return
+        piece, future = pending.popleft()
+        block = _settle(reader, piece, future.result(), ctx, stats)
+        if block is None:  # a layout block Arrow refused: cut it and everything after by structure
+            for _, later in pending:
+                later.cancel()
+            pending.clear()
+            blocks.rewind(piece.seq)
+            stats.rewinds += 1
+            more = True
+            continue
+        out.append(block)
+        fresh += 1
+        if fresh == JOIN_EVERY:
+            out[-fresh:] = [Block.join(out[-fresh:])]
+            fresh = 0
+        if piece.gap is not None:
+            stats.layout_blocks += 1
+            blocks.confirm(piece.seq)
+        else:
+            stats.structure_blocks += 1
 
 
-def _read_json(ndjson: np.ndarray) -> pa.Table:
-    source = pa.BufferReader(pa.py_buffer(ndjson))
-    return pj.read_json(source, read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
+def _settle(reader: _Reader, piece: Piece, parsed: _Parsed, ctx: Context, stats: LoadStats) -> Block | None:
+    """The piece's Block; None when a layout piece must be cut again by structure."""
+    retried = False
+    while parsed.error is not None:
+        if reader.learn(parsed, stats):
+            retried = True
+            parsed = reader.parse(piece)
+            continue
+        if piece.gap is not None:
+            return None
+        ndjson = bytes(np.asarray(piece.data, np.uint8))
+        lines = ndjson.count(b"\n") + 1
+        stats.events += lines
+        stats.slow_events += lines
+        return from_lines(ctx, ndjson)
+    stats.retried_blocks += retried
+    assert parsed.batch is not None
+    stats.events += parsed.batch.num_rows
+    return from_arrow(ctx, parsed.batch, parsed.dims, parsed.scale)
 
 
 def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
@@ -111,11 +295,15 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
         parts = [getattr(b, name) for b in blocks]
         for b in blocks:
             setattr(b, name, None)
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        parts.clear()
+        return out
 
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
-    start = cat("start", np.int64) + base
-    end = start + cat("dur", np.int64)
+    start = cat("start", np.int64)
+    start += base
+    end = cat("dur", np.int64)
+    end += start
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
@@ -124,21 +312,21 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
         for d in sorted({ln.device for ln in lanes if ln.is_gpu})
     ]
     meta.lacks = _lacks(kind)
-    return build_trace(
-        meta,
-        lanes,
-        list(ctx.names),
-        list(ctx.details),
-        remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
-        start,
-        end,
-        cat("name_id", np.int32),
-        kind,
-        cat("corr", np.int64),
-        cat("nbytes", np.int64),
-        cat("detail_id", np.int32),
-        corr_scope=None,
-    )
+    cols = {
+        "lane": remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
+        "start": start,
+        "end": end,
+        "name_id": cat("name_id", np.int32),
+        "kind": kind,
+        "corr": cat("corr", np.int64),
+        "bytes": cat("nbytes", np.int64),
+        "detail_id": cat("detail_id", np.int32),
+        "scope": None,
+    }
+    del start, end, kind
+    blocks.clear()
+    heap.trim()  # the joined blocks, before the sort
+    return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols)
 
 
 def _lacks(kind: np.ndarray) -> list[str]:

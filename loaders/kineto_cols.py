@@ -1,8 +1,11 @@
 """Kineto events (an Arrow batch, or dicts on the fallback path) into lane-model columns.
 
-Both paths produce the same ``Block`` for the same events; the Arrow one is vectorised
-(lookup tables over per-batch dictionaries, detail strings built by Arrow compute),
-the dict one is a plain loop kept for blocks Arrow refuses (mixed types in a field).
+Both paths produce the same ``Block`` for the same events. The Arrow one works on the
+batch's buffers with numpy (``columns``): per-batch dictionaries of the string
+columns, lookup tables, and detail strings formatted once per distinct value.
+Fields whose JSON type varies between events are read through *twins*: the framer
+renames a string value of ``stream`` to ``streas`` (same length, see ``twin``), so
+the schema holds one type per key and nothing is refused.
 """
 
 from __future__ import annotations
@@ -12,10 +15,18 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from gaplens.loaders.columns import (
+    Strings,
+    decimal_units,
+    encode_rows,
+    factorize,
+    floats,
+    ints,
+    list_matrix,
+    valid,
+)
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 
@@ -58,55 +69,47 @@ KERNEL_ARGS = (
     # keys so ``analysis.collectives.collective_args`` reads them back from the detail string.
     *((key, key) for key in ("Collective name", "Process Group Name", "In msg nelems", "Out msg nelems", "Group size")),
 )
-
-_S, _I = pa.string(), pa.int64()
-# ts/dur as decimals: exact for any number text (and numeric strings), unlike float64.
-_TIME = pa.decimal128(38, 9)
-_DIMS = pa.list_(pa.list_(_I))
-SCHEMA = pa.schema(
-    [
-        ("ph", _S),
-        ("cat", _S),
-        ("name", _S),
-        ("pid", _I),
-        ("pis", _S),  # a string pid, renamed by the framer so the int column stays int
-        ("tid", _I),
-        ("tis", _S),
-        ("ts", _TIME),
-        ("dur", _TIME),
-        (
-            "args",
-            pa.struct(
-                [
-                    ("correlation", _I),
-                    ("bytes", _I),
-                    ("device", _I),
-                    ("stream", _I),
-                    ("grid", pa.list_(_I)),
-                    ("block", pa.list_(_I)),
-                    ("registers per thread", _I),
-                    ("shared memory", _I),
-                    ("est. achieved occupancy %", pa.float64()),
-                    ("cuda_sync_kind", _S),
-                    ("wait_on_stream", _I),
-                    ("wait_on_cuda_event_record_corr_id", _I),
-                    ("name", _S),
-                    ("Input Dims", _DIMS),
-                    ("Input dims", _DIMS),
-                    # Collective kernels' args (issue 12), see KERNEL_ARGS.
-                    ("Collective name", _S),
-                    ("Process Group Name", _S),
-                    ("In msg nelems", _I),
-                    ("Out msg nelems", _I),
-                    ("Group size", _I),
-                ]
-            ),
-        ),
-    ]
-)
-_DIGITS = re.compile(r"-?\d+")
 # cuda_sync args that name streams and the event record: the waiting stream first (FORMATS.md 1.7).
 _SYNC_INTS = ("stream", "wait_on_stream", "wait_on_cuda_event_record_corr_id")
+_INT_ARGS = ("correlation", "bytes", "device", "stream", "registers per thread", "shared memory", *_SYNC_INTS[1:])
+# Collective kernels' args (issue 12), see KERNEL_ARGS: what a job matches across ranks.
+_COLL_INTS = ("In msg nelems", "Out msg nelems", "Group size")
+_COLL_STRS = ("Collective name", "Process Group Name")
+_LIST_ARGS = ("grid", "block")
+_FLOAT_ARGS = ("est. achieved occupancy %",)
+_S, _I = pa.string(), pa.int64()
+
+
+def twin(key: str) -> str:
+    """The key a string value of ``key`` is moved to: same length, last letter changed (pid -> pis)."""
+    return key[:-1] + ("z" if key.endswith("s") else "s")
+
+
+#: Keys whose values may be numbers in one event and strings in another, by their path in the event.
+TWIN_KEYS = ("pid", "tid", *_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)
+
+
+def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
+    """What Arrow reads of an event: ``ts``/``dur`` as decimals of ``scale`` digits (exact for any
+    number text), and a string field for the twin of each key in ``twins`` (every field costs
+    parse time on every event, so twins are asked for once seen)."""
+    time = pa.decimal128(38, scale)
+    args = [
+        *[(k, _I) for k in _INT_ARGS],
+        *[(k, pa.list_(_I)) for k in _LIST_ARGS],
+        *[(k, pa.float64()) for k in _FLOAT_ARGS],
+        ("cuda_sync_kind", _S),
+        ("name", _S),
+        *[(k, _I) for k in _COLL_INTS],
+        *[(k, _S) for k in _COLL_STRS],
+        *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS) if k in twins],
+    ]
+    top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I)]
+    top += [(twin(k), _S) for k in ("pid", "tid") if k in twins]
+    return pa.schema([*top, ("ts", time), ("dur", time), ("args", pa.struct(args))])
+
+
+_DIGITS = re.compile(r"-?\d+")
 
 
 def memcpy_kind(name: str) -> Kind:
@@ -164,6 +167,26 @@ def time_ns(value) -> int | None:
     return None
 
 
+def number_text(value) -> str:
+    """A detail number: integral values without a fraction (``100``), others as Python prints floats."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return str(value)
+    f = float(value)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def kernel_detail(values: dict) -> str:
+    """``grid 1×1×1  block 128×1×1  regs 32  smem 0  occupancy % 12``: the kernel args present."""
+    parts = []
+    for key, label in KERNEL_ARGS:
+        if key in values:
+            value = values[key]
+            if isinstance(value, list):
+                value = "×".join(str(v) for v in value)
+            parts.append(f"{label} {number_text(value)}")
+    return "  ".join(parts)
+
+
 @dataclass
 class Context:
     """State shared by the blocks of one file: dictionaries, names, counts."""
@@ -211,16 +234,26 @@ class Block:
         i32 = np.empty(0, np.int32)
         return Block(i32, i64, i64, i32, np.empty(0, np.int8), i64, i64, i32)
 
+    @staticmethod
+    def join(blocks: list[Block]) -> Block:
+        """One Block of many, column by column (each column of the parts dropped once joined)."""
+        names = ("lane", "start", "dur", "name_id", "kind", "corr", "nbytes", "detail_id")
+        out = {}
+        for name in names:
+            out[name] = np.concatenate([getattr(b, name) for b in blocks])
+            for b in blocks:
+                setattr(b, name, None)
+        return Block(**out)
+
 
 def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Lane ids (in order of first appearance over the file) for (kind, a, b) triples."""
     if lane_kind.size == 0:
         return np.empty(0, np.int32)
-    # Hash factorisation keeps first-appearance order and avoids sorting every event.
-    ca, ua = pd.factorize(a)
-    cb, ub = pd.factorize(b)
+    ca, ua = factorize(np.asarray(a, np.int64))
+    cb, ub = factorize(np.asarray(b, np.int64))
     key = (lane_kind.astype(np.int64) * len(ua) + ca) * len(ub) + cb
-    codes, uniq = pd.factorize(key)
+    codes, uniq = factorize(key)
     lut = np.empty(len(uniq), np.int32)
     for j, k in enumerate(uniq.tolist()):
         rest, ib = divmod(k, len(ub))
@@ -232,212 +265,277 @@ def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray
 # ---- Arrow path --------------------------------------------------------------
 
 
-def _np(arr: pa.Array, fill) -> np.ndarray:
-    return pc.fill_null(arr, fill).to_numpy(zero_copy_only=False)
+@dataclass
+class Dims:
+    """``Input Dims`` details found in a block's text (``kineto_dims.find_dims``): event index, code, texts."""
+
+    rows: np.ndarray
+    codes: np.ndarray
+    texts: list[str]
 
 
-def _valid(arr: pa.Array) -> np.ndarray:
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+def _global(ctx: Context, table: dict[str, int], codes: np.ndarray, texts: list[str]) -> np.ndarray:
+    """File-wide ids for per-batch codes; only the values that occur are registered, in order of appearance."""
+    local, used = factorize(codes)
+    return ctx.code(table, [texts[int(c)] for c in used])[local]
 
 
-def strings(arr: pa.Array) -> list:
-    """Python strings of a string column; Arrow does not check UTF-8, so bad bytes are replaced."""
-    try:
-        return arr.to_pylist()
-    except UnicodeDecodeError:
-        raw = arr.cast(pa.binary()).to_pylist()
-        return [None if b is None else b.decode("utf-8", "replace") for b in raw]
+def _time(arr: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ns int64, valid) from a decimal µs column, exactly (truncated below 1 ns)."""
+    if scale != 3:
+        import pyarrow.compute as pc  # only for writers that print more than 3 fraction digits
+
+        arr = pc.cast(arr, pa.decimal128(38, 3), safe=False)
+    return decimal_units(arr)
 
 
-def _dict(arr: pa.Array, null: str) -> tuple[np.ndarray, list[str]]:
-    """Codes and unique values of a string column; nulls become ``null``."""
-    enc = pc.dictionary_encode(arr)
-    uniq = strings(enc.dictionary)
-    codes = enc.indices
-    if codes.null_count:
-        codes = pc.fill_null(codes, len(uniq))
-        uniq.append(null)
-    return codes.to_numpy(zero_copy_only=False), uniq
+def _twin_of(parent: pa.StructArray, key: str) -> pa.Array | None:
+    """The string values of ``key`` (its twin field), when this file has any."""
+    index = parent.type.get_field_index(twin(key))
+    return None if index < 0 else parent.field(index)
 
 
-def _time(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(ns int64, valid) from the decimal µs column, exactly."""
-    ns = pc.cast(arr, pa.decimal128(38, 3), safe=False)  # truncates below 1 ns
-    words = np.frombuffer(ns.buffers()[1], dtype=np.int64)
-    low = words[2 * ns.offset : 2 * (ns.offset + len(ns)) : 2]
-    return low.copy(), _valid(arr)
+def _int_arg(parent: pa.StructArray, key: str, fill: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) of an integer arg, string values (the twin) read like ``as_int`` reads them."""
+    arr = parent.field(key)
+    values, present = ints(arr, fill), valid(arr)
+    other = _twin_of(parent, key)
+    if other is not None and other.null_count < len(other):
+        s = Strings(other)
+        lut = np.asarray([as_int(t, fill) for t in s.texts()], np.int64)
+        use = s.valid & ~present
+        values[use] = lut[s.codes[use]]
+        present |= use
+    return values, present
 
 
-def _ids_from(ctx: Context, ints: pa.Array, strs: pa.Array, conv) -> np.ndarray:
-    """Int column with string values mapped through ``conv`` (per unique string)."""
-    out = _np(ints, 0).astype(np.int64, copy=False)
-    str_ok = _valid(strs) & ~_valid(ints)
-    if str_ok.any():
-        codes, uniq = _dict(strs, "")
-        lut = np.asarray([conv(s) for s in uniq], dtype=np.int64)
-        out = out.copy()
-        out[str_ok] = lut[codes[str_ok]]
-    return out
-
-
-def _join(*parts: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, "  ", null_handling="skip")
-
-
-def _labelled(label: str, arr: pa.Array) -> pa.Array:
-    if pa.types.is_list(arr.type):
-        arr = pc.binary_join(pc.cast(arr, pa.list_(pa.string())), "×")
-    else:
-        arr = pc.cast(arr, pa.string())
-    return pc.binary_join_element_wise(label + " ", arr, "")
-
-
-def _dims_text(dims: pa.Array) -> pa.Array:
-    """Python-style text of a list of int lists: ``[[1, 2], []]``."""
-    inner = pc.list_flatten(dims)
-    inner_text = pc.binary_join(pc.cast(inner, pa.list_(pa.string())), ", ")
-    inner_text = pc.binary_join_element_wise("[", pc.fill_null(inner_text, ""), "]", "")
-    lengths = _np(pc.list_value_length(dims), 0)
-    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
-    outer = pa.ListArray.from_arrays(offsets, inner_text)
-    return pc.binary_join_element_wise("Input Dims [", pc.binary_join(outer, ", "), "]", "")
-
-
-def _set_details(ctx: Context, detail_id: np.ndarray, rows: np.ndarray, text: pa.Array) -> None:
-    if rows.size == 0:
-        return
-    codes, uniq = _dict(text, "")
-    detail_id[rows] = ctx.code(ctx.details, uniq)[codes]
-
-
-def from_arrow(ctx: Context, batch: pa.RecordBatch) -> Block:
+def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, scale: int = 3) -> Block:
     """Vectorised: one Arrow batch of raw events to the kept duration events."""
-    ph_codes, ph_uniq = _dict(batch.column("ph"), "")
-    is_x = np.asarray([p == "X" for p in ph_uniq], bool)[ph_codes]
-    is_m = np.asarray([p == "M" for p in ph_uniq], bool)[ph_codes]
-    args = batch.column("args")
+    ph = Strings(batch.column("ph"))
+    ph_texts = ph.texts()
+    is_x = np.asarray([p == "X" for p in ph_texts], bool)[ph.codes]
+    is_m = np.asarray([p == "M" for p in ph_texts], bool)[ph.codes]
     if is_m.any():
-        _metadata_arrow(ctx, batch, np.flatnonzero(is_m))
-    cat_codes, cat_uniq = _dict(batch.column("cat"), "")
-    lower = [c.lower() for c in cat_uniq]
+        _metadata_rows(ctx, batch, np.flatnonzero(is_m))
+    cat = Strings(batch.column("cat"))
+    lower = [c.lower() for c in cat.texts()]
     kind_lut = np.asarray(
         [CATEGORIES[c][0] if c in CATEGORIES else (-2 if c in IGNORED else -1) for c in lower], np.int8
     )
     lane_lut = np.asarray([CATEGORIES[c][1] if c in CATEGORIES else -1 for c in lower], np.int8)
-    kind_all = kind_lut[cat_codes]
+    kind_all = kind_lut[cat.codes]
     unknown = is_x & (kind_all == -1)
     if unknown.any():
-        for code, count in enumerate(np.bincount(cat_codes[unknown], minlength=len(lower)).tolist()):
+        for code, count in enumerate(np.bincount(cat.codes[unknown], minlength=len(lower)).tolist()):
             if count:
                 ctx.unknown[lower[code]] = ctx.unknown.get(lower[code], 0) + count
     keep = is_x & (kind_all >= 0)
-    start, start_ok = _time(batch.column("ts"))
-    dur, dur_ok = _time(batch.column("dur"))
+    start, start_ok = _time(batch.column("ts"), scale)
+    dur, dur_ok = _time(batch.column("dur"), scale)
     bad_start = keep & ~start_ok
     keep &= start_ok
     bad_dur = keep & (~dur_ok | (dur < 0))
     ctx.bad_time += int(bad_start.sum()) + int(bad_dur.sum())
-    dur = np.where(bad_dur, 0, dur)
     rows = np.flatnonzero(keep)
     if rows.size == 0:
         return Block.empty()
-    idx = pa.array(rows)
     kind = kind_all[rows]
-    lane_kind = lane_lut[cat_codes[rows]]
-    name_codes, name_uniq = _dict(batch.column("name").take(idx), "None")
-    name_lut = ctx.code(ctx.names, name_uniq)
-    copy_lut = np.asarray([memcpy_kind(s) for s in name_uniq], np.int8)
+    lane_kind = lane_lut[cat.codes[rows]]
+    name = Strings(batch.column("name"))
+    name_texts = name.texts("None")
+    name_codes = name.codes[rows]
+    copy_lut = np.asarray([memcpy_kind(s) for s in name_texts], np.int8)
     other = kind == Kind.MEMCPY_OTHER
     kind[other] = copy_lut[name_codes[other]]
 
-    arg = {name: args.field(name).take(idx) for name in ("correlation", "bytes", "device", "stream")}
-    corr = _np(arg["correlation"], -1)
-    pid_i, pid_s = batch.column("pid").take(idx), batch.column("pis").take(idx)
-    tid_i, tid_s = batch.column("tid").take(idx), batch.column("tis").take(idx)
+    args = batch.column("args")
+    corr, _ = _int_arg(args, "correlation", -1)
     gpu = np.isin(lane_kind, np.asarray(GPU_LANES, np.int8))
-    a = _ids_from(ctx, pid_i, pid_s, ctx.host_id)
-    b = _ids_from(ctx, tid_i, tid_s, ctx.host_id)
+    a = np.zeros(rows.size, np.int64)
+    b = np.zeros(rows.size, np.int64)
+    if not gpu.all():
+        a[~gpu], b[~gpu] = _host_keys(ctx, batch, rows[~gpu])
     if gpu.any():
-        a, b = _gpu_keys(a, b, gpu, lane_kind, arg, pid_i, pid_s, tid_i, tid_s)
-    nbytes = np.where(np.isin(kind, np.asarray(COPY_KINDS, np.int8)), _np(arg["bytes"], 0), 0)
+        g = rows[gpu]
+        device, stream = _gpu_keys(ctx, batch, args, g)
+        a[gpu] = device
+        b[gpu] = np.where(lane_kind[gpu] == LaneKind.GPU_SYNC, -1, stream)
+    is_copy = np.isin(kind, np.asarray(COPY_KINDS, np.int8))
+    nbytes = np.zeros(rows.size, np.int64)
+    if is_copy.any():
+        nbytes[is_copy] = _int_arg(args, "bytes", 0)[0][rows[is_copy]]
     detail_id = np.zeros(rows.size, np.int32)
-    _details_arrow(ctx, detail_id, args, rows, kind, lane_kind, nbytes)
+    _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims)
     return Block(
         lane=lane_codes(ctx, lane_kind, a, b),
         start=start[rows],
-        dur=dur[rows],
-        name_id=name_lut[name_codes],
+        dur=np.where(bad_dur[rows], 0, dur[rows]),
+        name_id=_global(ctx, ctx.names, name_codes, name_texts),
         kind=kind,
-        corr=corr.astype(np.int64, copy=False),
-        nbytes=nbytes.astype(np.int64, copy=False),
+        corr=corr[rows],
+        nbytes=nbytes,
         detail_id=detail_id,
     )
 
 
-def _gpu_keys(a, b, gpu, lane_kind, arg, pid_i, pid_s, tid_i, tid_s):
-    """(device, stream) for GPU rows: the pid names the device unless it is a label."""
-    dev_arg_ok = _valid(arg["device"])
-    dev_arg = _np(arg["device"], 0)
-    pid_is_int = _valid(pid_i)
-    pid_str_ok = _valid(pid_s) & ~pid_is_int
-    device = np.where(dev_arg_ok, dev_arg, 0)
-    if pid_str_ok.any():
-        codes, uniq = _dict(pid_s, "")
-        num = np.asarray([as_int(s, -1) for s in uniq], np.int64)[codes]
-        device = np.where(pid_str_ok & (num >= 0), num, device)
-        device = np.where(pid_str_ok & (num < 0) & ~dev_arg_ok, np.minimum(num, 0), device)
-    device = np.where(pid_is_int, _np(pid_i, 0), device)
-    stream = _np(tid_i, 0).astype(np.int64)
-    tid_str_ok = _valid(tid_s) & ~_valid(tid_i)
-    if tid_str_ok.any():
-        codes, uniq = _dict(tid_s, "")
-        stream = np.where(tid_str_ok, np.asarray([stream_of(s) for s in uniq], np.int64)[codes], stream)
-    stream = np.where(_valid(arg["stream"]), _np(arg["stream"], 0), stream)
-    stream = np.where(lane_kind == LaneKind.GPU_SYNC, -1, stream)
-    return np.where(gpu, device, a), np.where(gpu, stream, b)
+def _strings_of(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A string column of the batch; all nulls when this parse did not ask for it (a twin not yet seen)."""
+    index = batch.schema.get_field_index(name)
+    return batch.column(index) if index >= 0 else pa.nulls(batch.num_rows, pa.string())
 
 
-def _details_arrow(ctx, detail_id, args, rows, kind, lane_kind, nbytes) -> None:
+def _id_column(ints_arr: pa.Array, strs_arr: pa.Array, rows: np.ndarray, conv) -> np.ndarray:
+    """A pid/tid column at ``rows``: the int, else the string through ``conv``, else ``conv(0)``.
+
+    ``conv`` sees the strings of these rows only, in order of first appearance, as the
+    per-event path would call it.
+    """
+    out = ints(ints_arr, 0)[rows]
+    has_int = valid(ints_arr)[rows]
+    if has_int.all():
+        return out
+    s = Strings(strs_arr)
+    texts: list = [*s.texts(), 0]
+    codes = np.where(s.valid, s.codes, len(texts) - 1)[rows][~has_int]
+    local, used = factorize(codes)
+    out[~has_int] = np.asarray([conv(texts[int(c)]) for c in used], np.int64)[local]
+    return out
+
+
+def _host_keys(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = _id_column(batch.column("pid"), _strings_of(batch, "pis"), rows, ctx.host_id)
+    b = _id_column(batch.column("tid"), _strings_of(batch, "tis"), rows, ctx.host_id)
+    return a, b
+
+
+def _gpu_keys(ctx: Context, batch: pa.RecordBatch, args: pa.StructArray, g: np.ndarray):
+    """(device, stream) of GPU rows: the pid names the device unless it is a label; streams from args or tid."""
+    pid_i, pid_s = batch.column("pid"), _strings_of(batch, "pis")
+    pid_int = valid(pid_i)[g]
+    dev_arg, dev_ok = _int_arg(args, "device", 0)
+    s = Strings(pid_s)
+    texts = s.texts()
+    pid_str = s.valid[g] & ~pid_int
+    codes = np.where(s.valid, s.codes, 0)[g] if texts else np.zeros(g.size, np.int64)
+    num = np.asarray([as_int(t, -1) for t in texts] or [-1], np.int64)[codes]
+    fallback = np.asarray([as_int(t, 0) for t in texts] or [0], np.int64)[codes]
+    # A label pid ("GPU 0" style or negative): the device arg, else the label read as a number, else 0.
+    device = np.where(dev_ok[g], dev_arg[g], np.where(pid_str, fallback, 0))
+    device = np.where(pid_str & (num >= 0), num, device)
+    device = np.where(pid_int, ints(pid_i, 0)[g], device)
+
+    stream, stream_ok = _int_arg(args, "stream", 0)
+    tid_i, tid_s = batch.column("tid"), _strings_of(batch, "tis")
+    from_tid = ints(tid_i, 0)[g]
+    tid_int = valid(tid_i)[g]
+    if not tid_int.all():
+        t = Strings(tid_s)
+        lut = np.asarray([stream_of(x) for x in t.texts()] + [0], np.int64)
+        tcodes = np.where(t.valid, t.codes, len(lut) - 1)[g]
+        from_tid = np.where(tid_int, from_tid, lut[tcodes])
+    return device, np.where(stream_ok[g], stream[g], from_tid)
+
+
+def _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims: Dims | None) -> None:
     kernels = np.flatnonzero(kind == Kind.KERNEL)
     if kernels.size:
-        take = pa.array(rows[kernels])
-        parts = [_labelled(label, args.field(key).take(take)) for key, label in KERNEL_ARGS]
-        _set_details(ctx, detail_id, kernels, pc.fill_null(_join(*parts), ""))
+        _kernel_details(ctx, detail_id, args, rows, kernels)
     copies = np.flatnonzero(np.isin(kind, np.asarray(COPY_KINDS, np.int8)))
     if copies.size:
         uniq, inv = np.unique(nbytes[copies], return_inverse=True)
-        detail_id[copies] = ctx.code(ctx.details, [f"bytes {v}" for v in uniq.tolist()])[inv]
+        detail_id[copies] = ctx.code(ctx.details, [f"bytes {v}" for v in uniq.tolist()])[inv.reshape(-1)]
     syncs = np.flatnonzero(kind == Kind.SYNC)
     if syncs.size:
         _sync_details(ctx, detail_id, args, rows, syncs)
-    host = np.flatnonzero(~np.isin(lane_kind, np.asarray(GPU_LANES, np.int8)))
-    if host.size:
-        dims = pc.coalesce(args.field("Input Dims"), args.field("Input dims")).take(pa.array(rows[host]))
-        has = _np(pc.list_value_length(dims), 0) > 0
-        if has.any():
-            _set_details(ctx, detail_id, host[has], _dims_text(dims.filter(pa.array(has))))
+    if dims is not None and dims.rows.size:
+        # Events of this batch that were kept, host-side, and carry Input Dims.
+        pos = np.searchsorted(rows, dims.rows)
+        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == dims.rows)
+        pos, codes = pos[hit], dims.codes[hit]
+        host = ~gpu[pos]
+        if host.any():
+            detail_id[pos[host]] = _global(ctx, ctx.details, codes[host], dims.texts)
 
 
-def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.Array, rows: np.ndarray, syncs: np.ndarray) -> None:
+def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows, kernels) -> None:
+    """One detail string per distinct combination of the kernel args, formatted by ``kernel_detail``."""
+    at = rows[kernels]
+    columns: list[np.ndarray] = []
+    readers = []
+    for key, _ in KERNEL_ARGS:
+        arr = args.field(key)
+        if key in _COLL_STRS:  # text values: read through the same path as a number's string twin
+            s = Strings(arr)
+            columns += [np.full(at.size, -1, np.int64), np.where(s.valid, s.codes, -1)[at]]
+            readers.append((key, 1, s.texts()))
+            continue
+        other = _twin_of(args, key)
+        if other is not None and other.null_count < len(other):
+            s = Strings(other)
+            s_texts = s.texts()
+            text_code = np.where(s.valid, s.codes, -1)[at]
+        else:
+            s_texts, text_code = [], np.full(at.size, -1, np.int64)
+        if key in _LIST_ARGS:
+            matrix, lengths = list_matrix(arr)
+            cols = [lengths[at], *(matrix[at].T if matrix.shape[1] else [])]
+        elif key in _FLOAT_ARGS:
+            f = floats(arr)[at]
+            cols = [np.where(np.isnan(f), -1, 0), np.where(np.isnan(f), 0, f).view(np.int64)]
+        else:
+            cols = [np.where(valid(arr)[at], 0, -1), ints(arr, 0)[at]]
+        columns += [*cols, text_code]
+        readers.append((key, len(cols), s_texts))
+    table = np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
+    inverse, first = encode_rows(table)
+    texts = []
+    for row in table[first].tolist():
+        values: dict = {}
+        i = 0
+        for key, width, s_texts in readers:
+            cols, code = row[i : i + width], row[i + width]
+            i += width + 1
+            if code >= 0 and cols[0] == -1:
+                values[key] = s_texts[code]
+            elif key in _LIST_ARGS:
+                if cols[0] >= 0:
+                    values[key] = cols[1 : 1 + cols[0]]
+            elif key in _FLOAT_ARGS:
+                if cols[0] == 0:
+                    values[key] = float(np.int64(cols[1]).view(np.float64))
+            elif cols[0] == 0:
+                values[key] = cols[1]
+        texts.append(kernel_detail(values))
+    detail_id[kernels] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
+
+
+def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows: np.ndarray, syncs) -> None:
     """Sync rows are few: one ``syncs.sync_detail`` string per distinct (kind, streams, record)."""
-    take = pa.array(rows[syncs])
-    kind_codes, kinds = _dict(args.field("cuda_sync_kind").take(take), "")
-    ints = [_np(args.field(f).take(take), -1).astype(np.int64) for f in _SYNC_INTS]
-    keys = np.stack([kind_codes.astype(np.int64), *ints], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    texts = [sync_detail(kinds[k], stream, on, rec) for k, stream, on, rec in uniq.tolist()]
+    at = rows[syncs]
+    kinds = Strings(args.field("cuda_sync_kind"))
+    kind_texts = kinds.texts("")
+    kind_codes = kinds.codes[at]
+    values = [_int_arg(args, f, -1)[0][at] for f in _SYNC_INTS]
+    keys = np.ascontiguousarray(np.stack([kind_codes.astype(np.int64), *values], axis=1))
+    inverse, first = encode_rows(keys)
+    texts = [sync_detail(kind_texts[k], stream, on, rec) for k, stream, on, rec in keys[first].tolist()]
     detail_id[syncs] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
 
 
-def _metadata_arrow(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> None:
+def _metadata_rows(ctx: Context, batch: pa.RecordBatch, m: np.ndarray) -> None:
     """Process and thread names from the (few) ``M`` events; the first name wins."""
-    sub = batch.take(pa.array(rows))
-    names = strings(sub.column("name"))
-    values = strings(sub.column("args").field("name"))
-    pids = _either(sub.column("pid"), sub.column("pis"))
-    tids = _either(sub.column("tid"), sub.column("tis"))
-    for name, value, pid, tid in zip(names, values, pids, tids, strict=True):
-        _metadata(ctx, name, value, 0 if pid is None else pid, 0 if tid is None else tid)
+    rows = m.tolist()
+    names = Strings.at(batch.column("name"), rows)
+    values = Strings.at(batch.column("args").field("name"), rows)
+    pis, tis = Strings.at(_strings_of(batch, "pis"), rows), Strings.at(_strings_of(batch, "tis"), rows)
+    pid_i, tid_i = ints(batch.column("pid"), 0)[m], ints(batch.column("tid"), 0)[m]
+    pid_ok, tid_ok = valid(batch.column("pid"))[m], valid(batch.column("tid"))[m]
+    for j in range(len(rows)):
+        if values[j] is None:
+            continue
+        pid = int(pid_i[j]) if pid_ok[j] else (pis[j] if pis[j] is not None else 0)
+        tid = int(tid_i[j]) if tid_ok[j] else (tis[j] if tis[j] is not None else 0)
+        _metadata(ctx, names[j], values[j], pid, tid)
 
 
 def _metadata(ctx: Context, name, value, pid, tid) -> None:
@@ -447,7 +545,3 @@ def _metadata(ctx: Context, name, value, pid, tid) -> None:
         ctx.processes.setdefault(ctx.host_id(pid), value)
     elif name == "thread_name":
         ctx.threads.setdefault((ctx.host_id(pid), ctx.host_id(tid)), value)
-
-
-def _either(ints: pa.Array, strs: pa.Array) -> list:
-    return [i if i is not None else s for i, s in zip(ints.to_pylist(), strings(strs), strict=True)]

@@ -1,10 +1,11 @@
-"""The fallback for blocks the Arrow reader refuses: a per-event loop with the same output.
+"""The last resort for blocks the Arrow reader still refuses: a per-event loop with the same output.
 
-Arrow needs one type per field; a few writers mix them inside ``args`` (a ROCm
-trace writes ``"stream": "0x0"``, Triton ``"grid": "grid(100,)"``, deeper
-``Input Dims``). Such a block is decoded line by line by the stdlib (numbers as
-``Decimal``, so times stay exact) and classified here. Undecodable lines are
-counted and dropped.
+Mixed JSON types are not a reason to come here (``kineto_cols`` reads them through
+twin keys, ``kineto_dims`` reads Input Dims from the text); what is left is input
+Arrow cannot read at all, e.g. a value of a type no twin covers. Such a block is
+decoded line by line by the stdlib (numbers as ``Decimal``, so times stay exact) and
+classified here. Undecodable lines are counted and dropped. The tests hold this path
+equal to the Arrow one on real traces.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from gaplens.loaders.kineto_cols import (
     Context,
     _metadata,
     as_int,
+    kernel_detail,
     lane_codes,
     memcpy_kind,
     stream_of,
     time_ns,
 )
+from gaplens.loaders.kineto_dims import dims_text
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 
@@ -90,7 +93,7 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
                 nbytes = as_int(args.get("bytes", 0), 0)
                 detail = f"bytes {nbytes}"
             elif kind == Kind.KERNEL:
-                detail = _kernel_detail(args)
+                detail = kernel_detail({k: args[k] for k, _ in KERNEL_ARGS if k in args})
             elif kind == Kind.SYNC:
                 detail = _sync_detail(args)
             a, b = device, (-1 if lk == LaneKind.GPU_SYNC else stream)
@@ -98,7 +101,7 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
             a, b = ctx.host_id(pid if pid is not None else 0), ctx.host_id(tid if tid is not None else 0)
             dims = args.get("Input Dims", args.get("Input dims"))
             if dims:
-                detail = f"Input Dims {dims}"
+                detail = dims_text(dims)
         lane_kind.append(int(lk))
         a_col.append(a)
         b_col.append(b)
@@ -118,17 +121,6 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
         nbytes=np.asarray(cols["nbytes"], np.int64),
         detail_id=ctx.code(ctx.details, cols["detail"]),
     )
-
-
-def _kernel_detail(args: dict) -> str:
-    parts = []
-    for key, label in KERNEL_ARGS:
-        if key in args:
-            value = args[key]
-            if isinstance(value, list):
-                value = "×".join(str(v) for v in value)
-            parts.append(f"{label} {value}")
-    return "  ".join(parts)
 
 
 def _sync_detail(args: dict) -> str:

@@ -270,91 +270,118 @@ def pack_depths(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndar
     closed by my start). Partial overlaps (float rounding, PDL kernels, python vs
     cpu_op) break that count; each such slice is pushed one level deeper, pass by
     pass, until no row overlaps, instead of being dropped or asserted away.
+    Temporaries are a few int64 columns at most (this runs at the peak of a load).
     """
     n = start.size
     depth_out = np.zeros(n, dtype=np.int16)
     if n == 0:
         return depth_out
-    lane = np.asarray(lane, dtype=np.int64)
     # Lanes where nothing overlaps (most GPU streams) stay on depth 0 untouched.
-    new_lane = np.empty(n, dtype=bool)
-    new_lane[0] = True
-    new_lane[1:] = lane[1:] != lane[:-1]
+    new_lane = _starts_of_runs(lane)
     reach = segmented_max(end, new_lane)
     overlaps = np.zeros(n, dtype=bool)
-    overlaps[1:] = (start[1:] < reach[:-1]) & ~new_lane[1:]
+    np.less(start[1:], reach[:-1], out=overlaps[1:])
+    del reach
+    overlaps[new_lane] = False
     if not overlaps.any():
         return depth_out
     busy_lanes = np.unique(lane[overlaps])
+    del overlaps
+    if busy_lanes.size == np.count_nonzero(new_lane):
+        depth_out[:] = _pack_nested(lane, start, end)  # every lane overlaps somewhere: no copies
+        return depth_out
     sel = np.flatnonzero(np.isin(lane, busy_lanes))
     depth_out[sel] = _pack_nested(lane[sel], start[sel], end[sel])
     return depth_out
 
 
+def _starts_of_runs(values: np.ndarray) -> np.ndarray:
+    """True where a run of equal values begins."""
+    out = np.empty(values.size, dtype=bool)
+    if values.size:
+        out[0] = True
+        np.not_equal(values[1:], values[:-1], out=out[1:])
+    return out
+
+
 def _pack_nested(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    n = start.size
-    first = np.searchsorted(lane, lane, "left")  # index of each lane's first event
-    # Nested count within each lane, vectorised across lanes by sorting (lane, end).
-    end_order = np.lexsort((end, lane))
-    key_end = lane[end_order], end[end_order]
-    closed = _searchsorted2(key_end, lane, start) - first
-    depth = (np.arange(n) - first) - closed
-    depth = np.maximum(depth, 0)
+    depth = _nesting(lane, start, end)
     for _ in range(256):
         clash = _clashes(lane, depth, start, end)
         if not clash.any():
             return depth.astype(np.int16)
-        depth = depth + clash
+        depth += clash
     return _stack_depths(lane, start, end)
 
 
-def _searchsorted2(sorted_keys: tuple[np.ndarray, np.ndarray], lane: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """searchsorted(side='right') on (lane, value) pairs sorted lexicographically."""
-    keys_lane, keys_val = sorted_keys
-    # Shift values per lane so one global searchsorted answers every lane at once.
-    vmin = min(int(keys_val.min()), int(t.min()))
-    span = max(int(keys_val.max()), int(t.max())) - vmin + 1
-    if span * (int(lane.max()) + 1) < 2**62:
-        flat = keys_lane * span + (keys_val - vmin)
-        q = lane * span + (t - vmin)
-        return np.searchsorted(flat, q, "right")
-    lo = np.searchsorted(keys_lane, lane, "left")
-    hi = np.searchsorted(keys_lane, lane, "right")
-    out = np.empty(lane.size, dtype=np.int64)
-    for i in range(lane.size):  # astronomically wide clocks only
-        out[i] = lo[i] + np.searchsorted(keys_val[lo[i] : hi[i]], t[i], "right")
-    return out
+def _nesting(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Events of my lane opened before me minus those closed by my start: the depth of perfect nesting.
+
+    Lanes are contiguous, so "opened before me" is my index minus my lane's first
+    index, and "closed" counts, over the ends sorted by (lane, end), the entries of my
+    lane up to my start; shifting each lane's times by its number times the clock
+    span lets one sort and one searchsorted answer every lane, and the lane's first
+    index cancels out: depth = index - (ends of this and earlier lanes <= my start).
+    """
+    n = start.size
+    lane_no = np.cumsum(_starts_of_runs(lane), dtype=np.int64)
+    lane_no -= 1
+    vmin = min(int(end.min()), int(start.min()))
+    span = max(int(end.max()), int(start.max())) - vmin + 1
+    if span * (int(lane_no[-1]) + 1) >= 2**62:  # astronomically wide clocks only
+        depth = np.empty(n, dtype=np.int64)
+        bounds = [*np.flatnonzero(_starts_of_runs(lane_no)).tolist(), n]
+        for a, b in itertools.pairwise(bounds):
+            depth[a:b] = np.arange(b - a) - np.searchsorted(np.sort(end[a:b]), start[a:b], "right")
+        return np.maximum(depth, 0, out=depth)
+    shift = lane_no
+    shift *= span
+    shift -= vmin
+    keys = end + shift
+    keys.sort()
+    shift += start
+    depth = np.searchsorted(keys, shift, "right")
+    del keys, shift, lane_no
+    np.subtract(np.arange(n, dtype=np.int64), depth, out=depth)
+    return np.maximum(depth, 0, out=depth)
 
 
 def _clashes(lane: np.ndarray, depth: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """1 for every event that starts before an earlier event on its (lane, depth) row ends."""
     # Input is in (lane, start) order, so a stable sort on (lane, depth) yields rows by start.
-    order = np.argsort(lane * 65536 + depth, kind="stable")
-    row = lane[order] * 65536 + depth[order]
-    e = end[order]
-    new_row = np.empty(row.size, dtype=bool)
-    new_row[0] = True
-    new_row[1:] = row[1:] != row[:-1]
-    reach = segmented_max(e, new_row)
-    prev_reach = np.empty_like(reach)
-    prev_reach[0] = np.iinfo(np.int64).min
-    prev_reach[1:] = reach[:-1]
-    prev_reach[new_row] = np.iinfo(np.int64).min
-    bad_sorted = start[order] < prev_reach
-    clash = np.zeros(row.size, dtype=np.int64)
-    clash[order[bad_sorted]] = 1
+    key = lane.astype(np.int64)
+    key <<= 16
+    key += depth
+    order = np.argsort(key, kind="stable")
+    new_row = _starts_of_runs(key[order])
+    del key
+    reach = segmented_max(end[order], new_row, in_place=True)
+    bad = np.zeros(order.size, dtype=bool)
+    np.less(start[order[1:]], reach[:-1], out=bad[1:])
+    del reach
+    bad[new_row] = False
+    clash = np.zeros(order.size, dtype=np.int64)
+    clash[order[bad]] = 1
     return clash
 
 
-def segmented_max(values: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
-    """Running max of ``values`` restarted wherever ``segment_start`` is True."""
-    seg = np.cumsum(segment_start) - 1
+def segmented_max(values: np.ndarray, segment_start: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """Running max of ``values`` restarted wherever ``segment_start`` is True (``in_place``: into ``values``)."""
+    if values.size == 0:
+        return values if in_place else values.copy()
     lo = int(values.min())
     span = int(values.max()) - lo + 1
+    seg = np.cumsum(segment_start, dtype=np.int64)
+    seg -= 1
+    out = values if in_place else np.empty_like(values)
     if span * (int(seg[-1]) + 1) < 2**62:
-        shifted = (values - lo) + seg * span
-        return np.maximum.accumulate(shifted) - seg * span + lo
-    out = np.empty_like(values)
+        # Lift each segment above the previous one so one running max serves all.
+        seg *= span
+        seg -= lo
+        np.add(values, seg, out=out)
+        np.maximum.accumulate(out, out=out)
+        out -= seg
+        return out
     bounds = [*np.flatnonzero(segment_start).tolist(), values.size]
     for a, b in itertools.pairwise(bounds):
         out[a:b] = np.maximum.accumulate(values[a:b])
@@ -395,41 +422,120 @@ def build_trace(
     """Sort, pack depths, index rows and link launches; times are absolute ns on input.
 
     ``corr_scope`` keys correlation ids (nsys: the process; Kineto: one scope per
-    file) because ids repeat across processes.
+    file) because ids repeat across processes. The arrays are the builder's to reuse
+    (``end_ns`` is clamped in place); ``build_columns`` takes them in a dict it empties,
+    which lets each go as soon as it has been sorted.
     """
-    n = int(start_ns.size)
-    start_ns = np.asarray(start_ns, dtype=np.int64)
-    end_ns = np.maximum(np.asarray(end_ns, dtype=np.int64), start_ns)
-    origin = int(start_ns.min()) if n else 0
+    cols = {
+        "lane": lane,
+        "start": start_ns,
+        "end": end_ns,
+        "name_id": name_id,
+        "kind": kind,
+        "corr": corr,
+        "bytes": nbytes,
+        "detail_id": detail_id,
+        "scope": corr_scope,
+    }
+    del lane, start_ns, end_ns, name_id, kind, corr, nbytes, detail_id, corr_scope
+    return build_columns(meta, lanes, names, details, cols)
+
+
+def _event_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray, origin: int) -> np.ndarray:
+    """Indices in (lane, start, -duration) order: parents before the children they start with.
+
+    One stable sort of a (lane, start) key does most of it (readers hand events in
+    runs already in time order, which a merge sort takes in its stride); only the
+    rows that tie on (lane, start) are then ordered by duration.
+    """
+    n = start.size
+    if n == 0:
+        return np.empty(0, np.int64)
+    span = int(start.max()) - origin
+    if int(lane.max()) >= 1 << 15 or int(lane.min()) < 0 or span >= 1 << 47:
+        return np.lexsort((start - end, start, lane))
+    key = lane.astype(np.int64)
+    key <<= 47
+    key += start
+    key -= origin
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    tie = key[1:] == key[:-1]
+    if tie.any():
+        # Runs of equal keys: longest first within each run.
+        in_run = np.zeros(n, bool)
+        in_run[1:] |= tie
+        in_run[:-1] |= tie
+        pos = np.flatnonzero(in_run)
+        run = np.cumsum(~np.concatenate(([False], tie)))[pos]
+        sub = order[pos]
+        order[pos] = sub[np.lexsort((start[sub] - end[sub], run))]
+    return order
+
+
+_DTYPES = {"name_id": np.int32, "kind": np.int8, "corr": np.int64, "bytes": np.int64, "detail_id": np.int32}
+
+
+def build_columns(meta: Meta, lanes: list[Lane], names: list[str], details: list[str], cols: dict) -> Trace:
+    """``build_trace`` on a dict of columns (keys as in ``build_trace``'s body), emptied as it goes.
+
+    A load's peak memory is here: the order is found on three columns, then every
+    column is gathered once into its final place and its input dropped, so the peak
+    holds the inputs, one order and a few temporaries rather than several copies.
+    """
+    start = np.asarray(cols.pop("start"), dtype=np.int64)
+    end = np.array(cols.pop("end"), dtype=np.int64, copy=None)
+    if not end.flags.writeable:
+        end = end.copy()
+    np.maximum(end, start, out=end)
+    n = int(start.size)
+    origin = int(start.min()) if n else 0
     meta.origin_ns = origin
-    lane = np.asarray(lane, dtype=np.int32)
-    order = np.lexsort((start_ns - end_ns, start_ns, lane))  # parents before children
-    lane_s, start_s, end_s = lane[order], start_ns[order], end_ns[order]
+    lane = np.asarray(cols.pop("lane"), dtype=np.int32)
+    order = _event_order(lane, start, end, origin)
+    lane_s = lane[order]
+    del lane
+    start_s = start[order]
+    del start
+    end_s = end[order]
+    del end
     depth = pack_depths(lane_s, start_s, end_s)
     # Final order (lane, depth, start): each row contiguous and sorted. One gather per column.
-    order2 = np.argsort(lane_s.astype(np.int64) * 65536 + depth, kind="stable")
+    key = lane_s.astype(np.int64)
+    key <<= 16
+    key += depth
+    order2 = np.argsort(key, kind="stable")
+    del key
     final = order[order2]
-    lane, depth = lane_s[order2], depth[order2]
-    start_ns, end_ns = start_s[order2] - origin, end_s[order2] - origin
-    name_id = np.asarray(name_id, dtype=np.int32)[final]
-    kind = np.asarray(kind, dtype=np.int8)[final]
-    corr = np.asarray(corr, dtype=np.int64)[final]
-    nbytes = np.asarray(nbytes, dtype=np.int64)[final]
-    detail_id = np.asarray(detail_id, dtype=np.int32)[final]
-    scope = np.zeros(n, dtype=np.int64) if corr_scope is None else np.asarray(corr_scope, dtype=np.int64)[final]
+    del order
+    lane = lane_s[order2]
+    del lane_s
+    depth = depth[order2]
+    start_ns = start_s[order2]
+    del start_s
+    start_ns -= origin
+    end_ns = end_s[order2]
+    del end_s, order2
+    end_ns -= origin
+    out = {}
+    for name, dtype in _DTYPES.items():
+        out[name] = np.asarray(cols.pop(name), dtype=dtype)[final]
+    scope = cols.pop("scope")
+    scope = None if scope is None else np.asarray(scope, dtype=np.int64)[final]
+    del final
 
-    key = lane.astype(np.int64) * 65536 + depth.astype(np.int64)
+    row_start = np.empty(n, dtype=bool)
     if n:
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1))
-        row_lane = lane[starts].astype(np.int32)
-        row_depth = depth[starts].astype(np.int16)
-        row_offsets = np.concatenate((starts, [n])).astype(np.int64)
-    else:
-        row_lane = np.empty(0, np.int32)
-        row_depth = np.empty(0, np.int16)
-        row_offsets = np.zeros(1, np.int64)
-    row_maxend = running_max_per_row(end_ns, row_offsets)
-    launch = link_launches(kind, corr, scope)
+        row_start[0] = True
+        np.not_equal(lane[1:], lane[:-1], out=row_start[1:])
+        row_start[1:] |= depth[1:] != depth[:-1]
+    starts = np.flatnonzero(row_start)
+    row_lane = lane[starts].astype(np.int32)
+    row_depth = depth[starts].astype(np.int16)
+    row_offsets = np.concatenate((starts, [n])).astype(np.int64)
+    row_maxend = segmented_max(end_ns, row_start)
+    del row_start, starts
+    launch = link_launches(out["kind"], out["corr"], scope)
 
     return Trace(
         meta=meta,
@@ -440,11 +546,11 @@ def build_trace(
         depth=depth,
         start_ns=start_ns,
         end_ns=end_ns,
-        name_id=name_id,
-        kind=kind,
-        corr=corr,
-        bytes=nbytes,
-        detail_id=detail_id,
+        name_id=out["name_id"],
+        kind=out["kind"],
+        corr=out["corr"],
+        bytes=out["bytes"],
+        detail_id=out["detail_id"],
         launch=launch,
         row_lane=row_lane,
         row_depth=row_depth,
@@ -461,29 +567,36 @@ def running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarr
     return segmented_max(end_ns, first)
 
 
-def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray) -> np.ndarray:
+def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray | None) -> np.ndarray:
     """For each GPU op, the index of the CUDA API call with the same (scope, correlation).
 
     When several API events share a correlation id (a runtime call wrapping a driver
-    call), the first one wins, which is the outer call the user sees.
+    call), the first one wins, which is the outer call the user sees. ``scope`` None
+    means one scope for the whole trace.
     """
     n = kind.size
     launch = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return launch
+    has_corr = corr >= 0
+    api_idx = np.flatnonzero((kind == int(Kind.CUDA_API)) & has_corr)
     gpu = np.isin(kind, np.asarray([int(k) for k in (*GPU_WORK_KINDS, Kind.SYNC)], np.int8))
-    api = (kind == int(Kind.CUDA_API)) & (corr >= 0)
-    gpu &= corr >= 0
-    if not api.any() or not gpu.any():
+    gpu &= has_corr
+    del has_corr
+    g_idx = np.flatnonzero(gpu)
+    del gpu
+    if api_idx.size == 0 or g_idx.size == 0:
         return launch
     # One int64 key per (scope, correlation): dense scope code in the high bits.
-    codes = np.unique(scope, return_inverse=True)[1].astype(np.int64)
-    key = (codes << 40) | (corr & ((1 << 40) - 1))
-    api_idx = np.flatnonzero(api)
-    order = np.lexsort((api_idx, key[api_idx]))  # ties: earliest event first
-    a_key, a_idx = key[api_idx][order], api_idx[order]
-    g_idx = np.flatnonzero(gpu)
-    g_key = key[g_idx]
+    mask = (1 << 40) - 1
+    a_key, g_key = corr[api_idx] & mask, corr[g_idx] & mask
+    if scope is not None:
+        a_scope, g_scope = scope[api_idx], scope[g_idx]
+        known = np.unique(np.concatenate((a_scope, g_scope)))
+        a_key |= np.searchsorted(known, a_scope).astype(np.int64) << 40
+        g_key |= np.searchsorted(known, g_scope).astype(np.int64) << 40
+    order = np.lexsort((api_idx, a_key))  # ties: earliest event first
+    a_key, a_idx = a_key[order], api_idx[order]
     pos = np.searchsorted(a_key, g_key, "left")
     pos_ok = np.minimum(pos, a_idx.size - 1)
     ok = (pos < a_idx.size) & (a_key[pos_ok] == g_key)

@@ -12,9 +12,10 @@ import sqlite3
 
 import numpy as np
 
+from gaplens.loaders import heap
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Progress
-from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_trace
+from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_columns
 from gaplens.loaders.nsys_cuda import (
     GPU_TABLES,
     KERNEL,
@@ -86,6 +87,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "profiler overhead": read_overhead(ctx),
     }
     _run_readers(reader, readers, got, progress)
+    heap.trim()  # the reading threads' text buffers
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
     parts = [p for p in got.values() if p is not None and len(p)]
@@ -93,26 +95,29 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         raise TraceError(f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)")
     if progress is not None:
         progress("building", 0.9)
+    counts = {label: len(part) if part is not None else 0 for label, part in got.items()}
     ev = Part.concat(parts)
+    del parts
+    got.clear()
     _close_open_ranges(ev, ctx)
 
     lanes, lane_of = _lanes(ev)
-    meta = _meta(path, kv, con, schema, got, ev, lanes, nvtx_threads, warnings)
-    trace = build_trace(
-        meta,
-        lanes,
-        ctx.names.values(),
-        ctx.details.values(),
-        lane_of,
-        ev.start,
-        ev.end,
-        ev.name,
-        ev.kind,
-        ev.corr,
-        ev.nbytes,
-        ev.detail,
-        corr_scope=ev.scope,
-    )
+    meta = _meta(path, kv, con, schema, counts, ev, lanes, nvtx_threads, warnings)
+    # The builder drops each column once it is sorted into place: hand it the only references.
+    cols = {
+        "lane": lane_of,
+        "start": ev.start,
+        "end": ev.end,
+        "name_id": ev.name,
+        "kind": ev.kind,
+        "corr": ev.corr,
+        "bytes": ev.nbytes,
+        "detail_id": ev.detail,
+        "scope": ev.scope,
+    }
+    del ev, lane_of
+    heap.trim()
+    trace = build_columns(meta, lanes, ctx.names.values(), ctx.details.values(), cols)
     if progress is not None:
         progress("done", 1.0)
     return trace
@@ -169,7 +174,7 @@ def _meta(
     kv: dict[str, str],
     con: sqlite3.Connection,
     schema: Schema,
-    got: dict[str, Part | None],
+    got: dict[str, int],
     ev: Part,
     lanes: list[Lane],
     nvtx_threads: dict[tuple[int, int], str],
@@ -192,7 +197,7 @@ def _meta(
     if kv.get("EXPORT_PARAM_TABLES_TO_EXPORT") or kv.get("EXPORT_PARAM_TIMES_TO_EXPORT"):
         warnings.append("filtered export (--tables/--times): some launches or GPU work may be missing their partners")
 
-    gpu_rows = sum(len(got[k] or ()) for k in ("kernels", "memcpy", "memset", "graphs"))
+    gpu_rows = sum(got.get(k, 0) for k in ("kernels", "memcpy", "memset", "graphs"))
     if gpu_rows == 0:
         meta.lacks.append("gpu")
         missing = [t for t in GPU_TABLES[:3] if not schema.has(t)]
@@ -203,11 +208,11 @@ def _meta(
             )
         else:
             warnings.append("no GPU activity: the CUDA activity tables are empty")
-    if not len(got.get("CUDA API") or ()):
+    if not got.get("CUDA API", 0):
         meta.lacks.append("cuda_api")
         if not schema.has(RUNTIME):
             warnings.append(f"no CUDA API calls: the export lacks {RUNTIME} (CPU-only capture?)")
-    host = sum(len(got.get(k) or ()) for k in ("CUDA API", "NVTX", "OS runtime"))
+    host = sum(got.get(k, 0) for k in ("CUDA API", "NVTX", "OS runtime"))
     if host == 0:
         meta.lacks.append("cpu")
     if "gpu" in meta.lacks and "cuda_api" in meta.lacks:

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
+from gaplens.loaders import columns
 from gaplens.loaders.model import LaneKind
 from gaplens.loaders.nsys_sql import Reader, Schema
 
@@ -32,9 +32,8 @@ def process_scope(global_tid: np.ndarray) -> np.ndarray:
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, distinct values in first-seen order): a hash table, O(n), unlike np.unique's sort."""
-    codes, uniques = pd.factorize(np.asarray(values, dtype=np.int64), sort=False)
-    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=np.int64)
+    """(codes, distinct values in first-seen order), without pandas on the load path."""
+    return columns.factorize(np.asarray(values, dtype=np.int64))
 
 
 def first_index(codes: np.ndarray, count: int) -> np.ndarray:
@@ -128,8 +127,13 @@ class Part:
 
     @staticmethod
     def concat(parts: list[Part]) -> Part:
-        fields = Part.__dataclass_fields__
-        return Part(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields})
+        """One Part of many, field by field; each field of the parts is dropped once joined."""
+        out = {}
+        for f in Part.__dataclass_fields__:
+            out[f] = np.concatenate([getattr(p, f) for p in parts])
+            for p in parts:
+                setattr(p, f, None)
+        return Part(**out)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -190,8 +191,13 @@ class Reader:
             futures = [self._pool.submit(one, a) for a in bounds]
 
         def result() -> dict[str, np.ndarray]:
-            got = parts if futures is None else [f.result() for f in futures]
-            return {k: np.concatenate([p[j] for p in got]) for j, k in enumerate(keys)}
+            got: list[list[Any]] = [list(p) for p in (parts if futures is None else (f.result() for f in futures))]
+            out = {}
+            for j, k in enumerate(keys):  # column by column, each chunk's column dropped once joined
+                out[k] = np.concatenate([p[j] for p in got])
+                for p in got:
+                    p[j] = None
+            return out
 
         return result
 

@@ -187,7 +187,7 @@ def test_fallback_path_builds_the_same_trace(monkeypatch, name):
 
     fast = load(sample(name), use_cache=False)
 
-    def refuse(ndjson):
+    def refuse(text, options):
         raise pa.ArrowInvalid("forced")
 
     monkeypatch.setattr(kineto, "_read_json", refuse)
@@ -242,7 +242,7 @@ _event = st.fixed_dictionaries(
 )
 def test_framing_round_trips_any_layout(events, indent, separators, bare, block, ascii_only):
     """Re-framing rests on the JSON structure: any indentation, strings full of brackets."""
-    from gaplens.loaders.jsonframe import Framed, frame_events
+    from gaplens.loaders.jsonblocks import Framed, frame_events
 
     doc = events if bare else {"schemaVersion": 1, "a": {"traceEvents": "[{"}, "traceEvents": events, "z": [1, {}]}
     text = json.dumps(doc, indent=indent, separators=separators, ensure_ascii=ascii_only).encode()

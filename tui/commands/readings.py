@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gaplens.analysis.gaps import Gap, analyse_gaps, gap_json, largest
+from gaplens.analysis.gaps import CAUSES, Gap, analyse_gaps, gap_columns, gap_json, largest
 from gaplens.analysis.phases import innermost
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.units import fmt_ns
@@ -15,19 +15,35 @@ from gaplens.tui.commands.common import load_trace, print_json
 
 
 def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
-    blank = sum(g.dur_ns for g in gaps)
-    on = [g for g in gaps if g.on_critical_path]
     by_cause: dict[str, int] = {}
     for g in gaps:
         by_cause[g.cause] = by_cause.get(g.cause, 0) + g.dur_ns
-    split = ", ".join(f"{c} {fmt_ns(v)}" for c, v in sorted(by_cause.items(), key=lambda kv: -kv[1]))
+    on = [g for g in gaps if g.on_critical_path]
+    return _render(trace, (len(gaps), len(on), sum(g.dur_ns for g in on)), by_cause, largest(gaps)[:top], top)
+
+
+def render_top_gaps(trace: Trace, top: int) -> str:
+    """``render_gaps`` for the whole trace from the gap columns: only the ``top`` largest become objects."""
+    cols = gap_columns(trace)
+    dur = cols.end_ns - cols.start_ns
+    on = cols.on_path
+    order = cols.largest_first()[:top]
+    shown = [cols.gap(trace, int(k)) for k in order.tolist()]
+    return _render(trace, (len(cols), int(on.sum()), int(dur[on].sum())), cols.time_by_cause(), shown, top)
+
+
+def _render(trace: Trace, counts: tuple[int, int, int], by_cause: dict[str, int], shown: list[Gap], top: int) -> str:
+    total, on_count, on_ns = counts
+    blank = sum(by_cause.values())
+    ranked = sorted(by_cause.items(), key=lambda kv: (-kv[1], CAUSES.index(kv[0])))
+    split = ", ".join(f"{c} {fmt_ns(v)}" for c, v in ranked)
     lines = [
-        f"{len(gaps):,} blank regions, {fmt_ns(blank)} without compute ({split}); {len(on):,} on the critical path "
-        f"({fmt_ns(sum(g.dur_ns for g in on))})",
+        f"{total:,} blank regions, {fmt_ns(blank)} without compute ({split}); {on_count:,} on the critical path "
+        f"({fmt_ns(on_ns)})",
         "",
         f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<8} {'shares':<30} phase / evidence",
     ]
-    for k, g in enumerate(largest(gaps)[:top], 1):
+    for k, g in enumerate(shown, 1):
         inner = innermost(device_phases(trace, g.device), g.start_ns, g.end_ns)
         phase = inner.name if inner is not None else ""
         ev = ", ".join(trace.name(i)[:40] for i in _telling(g))
@@ -38,11 +54,11 @@ def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
         )
         if g.message:
             lines.append(f"      {g.message}")
-    if len(gaps) > top:
-        lines.append(f"  … {len(gaps) - top:,} more (--top N)")
+    if total > top:
+        lines.append(f"  … {total - top:,} more (--top N)")
     lines.append("")
     lines.append("● on the critical path: the device waited for the host, or for a collective on the path")
-    lines += [f"  {c:<8} {CAUSE_WORDS[c]}" for c in by_cause]
+    lines += [f"  {c:<8} {CAUSE_WORDS[c]}" for c, _ in ranked]
     return "\n".join(lines)
 
 
@@ -53,6 +69,10 @@ def _telling(g: Gap) -> list[int]:
 
 def cmd_gaps(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace)
+    if not args.json and args.phase is None:
+        # The text shows the largest few: keep the rest as columns (10^5 gaps at 1M events).
+        print(render_top_gaps(trace, args.top if args.top is not None else 20))
+        return 0
     gaps = analyse_gaps(trace, phase=args.phase, evidence_top=args.top if args.top is not None else 100)
     if args.json:
         rows = largest(gaps)[: args.top] if args.top is not None else largest(gaps)

@@ -1,0 +1,311 @@
+"""numpy views of Arrow arrays, and first-seen factorisation, without ``pyarrow.compute``.
+
+The readers stay off Arrow's compute module on purpose: its first call builds the
+function registry, ~45 MB of resident memory that a load of a million events cannot
+afford (the target is 200 bytes per event for the whole process). Everything here
+reads the arrays' buffers directly: validity bitmaps, offsets, values.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pyarrow as pa
+
+
+def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, uniques) with uniques in order of first appearance, like ``pandas.factorize``."""
+    if values.size == 0:
+        return np.empty(0, np.int64), values[:0]
+    codes, first = _first_seen(values)
+    return codes, values[first]
+
+
+def valid(arr: pa.Array) -> np.ndarray:
+    """True where ``arr`` holds a value."""
+    n = len(arr)
+    if arr.null_count == 0:
+        return np.ones(n, bool)
+    if arr.null_count == n:
+        return np.zeros(n, bool)
+    bits = arr.buffers()[0]
+    assert bits is not None
+    raw = np.frombuffer(bits, np.uint8)
+    return np.unpackbits(raw, bitorder="little")[arr.offset : arr.offset + n].astype(bool)
+
+
+def view(arr: pa.Array) -> np.ndarray:
+    """A read-only numpy view of a primitive column without nulls (``Array.to_numpy`` imports pandas)."""
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    data = arr.buffers()[1]
+    if data is None:
+        return np.empty(0, dtype)
+    return np.frombuffer(data, dtype)[arr.offset : arr.offset + len(arr)]
+
+
+def ints(arr: pa.Array, fill: int) -> np.ndarray:
+    """An integer column as int64, ``fill`` where null."""
+    n = len(arr)
+    if arr.null_count == n:
+        return np.full(n, fill, np.int64)
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    data = arr.buffers()[1]
+    assert data is not None
+    out = np.frombuffer(data, dtype)[arr.offset : arr.offset + n].astype(np.int64)
+    if arr.null_count:
+        out[~valid(arr)] = fill
+    return out
+
+
+def floats(arr: pa.Array) -> np.ndarray:
+    """A float column as float64, NaN where null."""
+    n = len(arr)
+    if arr.null_count == n:
+        return np.full(n, np.nan)
+    data = arr.buffers()[1]
+    assert data is not None
+    out = np.frombuffer(data, np.float64)[arr.offset : arr.offset + n].copy()
+    if arr.null_count:
+        out[~valid(arr)] = np.nan
+    return out
+
+
+def decimal_units(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(unscaled int64 values, fits) of a decimal128 column: 1.234 at scale 3 is 1234.
+
+    ``fits`` is False where the value is null or needs more than 64 bits.
+    """
+    n = len(arr)
+    data = arr.buffers()[1]
+    if n == 0 or data is None:
+        return np.zeros(n, np.int64), np.zeros(n, bool)
+    words = np.frombuffer(data, np.int64)[2 * arr.offset : 2 * (arr.offset + n)]
+    low, high = words[0::2].copy(), words[1::2]
+    fits = high == (low >> 63)  # the high word only extends the sign
+    if arr.null_count:
+        fits &= valid(arr)
+    low[~fits] = 0
+    return low, fits
+
+
+def list_matrix(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A list-of-integers column as a (rows x longest) int64 matrix padded with 0, and each row's length.
+
+    Null lists have length -1.
+    """
+    n = len(arr)
+    off_buf = arr.buffers()[1]
+    if n == 0 or off_buf is None or arr.null_count == n:
+        return np.zeros((n, 0), np.int64), np.full(n, -1, np.int64)
+    offsets = np.frombuffer(off_buf, np.int32)[arr.offset : arr.offset + n + 1].astype(np.int64)
+    lengths = np.diff(offsets)
+    ok = valid(arr)
+    lengths[~ok] = 0
+    width = int(lengths.max()) if n else 0
+    out = np.zeros((n, width), np.int64)
+    if width:
+        values = ints(arr.values, 0)  # the whole child array; the offsets index into it
+        row = np.repeat(np.arange(n), lengths)
+        col = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out[row, col] = values[offsets[row] + col]
+    lengths[~ok] = -1
+    return out, lengths
+
+
+class Strings:
+    """A string column as offsets into one byte buffer, and its dictionary encoding.
+
+    ``codes`` numbers the distinct values in order of first appearance; ``uniques``
+    holds them as ``bytes``; nulls get the code ``null_code`` (-1 when there are none).
+    """
+
+    def __init__(self, arr: pa.Array) -> None:
+        n = len(arr)
+        self.valid = valid(arr)
+        bufs = arr.buffers()
+        if n == 0 or bufs[1] is None or arr.null_count == n:
+            self.offsets = np.zeros(n + 1, np.int64)
+            self.data = np.empty(0, np.uint8)
+        else:
+            off_dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+            offsets = np.frombuffer(bufs[1], off_dtype)[arr.offset : arr.offset + n + 1].astype(np.int64)
+            base = int(offsets[0])
+            data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
+            self.data = data[base : int(offsets[-1])]
+            self.offsets = offsets - base
+        self.codes, first = self._encode()
+        self.uniques = [self.data[self.offsets[i] : self.offsets[i + 1]].tobytes() for i in first.tolist()]
+        self.null_code = -1
+        if not self.valid.all():
+            self.null_code = len(self.uniques)
+            self.codes[~self.valid] = self.null_code
+
+    @staticmethod
+    def at(arr: pa.Array, rows: list[int]) -> list[str | None]:
+        """The values of a few rows as text (None where null), without encoding the column."""
+        ok = valid(arr)
+        bufs = arr.buffers()
+        if bufs[1] is None or bufs[2] is None:
+            return [None] * len(rows)
+        off_dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+        offsets = np.frombuffer(bufs[1], off_dtype)[arr.offset :]
+        data = memoryview(bufs[2])
+        out: list[str | None] = []
+        for i in rows:
+            out.append(bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8", "replace") if ok[i] else None)
+        return out
+
+    def texts(self, null: str = "") -> list[str]:
+        """The distinct values as text (invalid UTF-8 replaced), and ``null`` for the null code."""
+        out = [b.decode("utf-8", "replace") for b in self.uniques]
+        return [*out, null] if self.null_code >= 0 else out
+
+    def _encode(self) -> tuple[np.ndarray, np.ndarray]:
+        return encode(self.data, self.offsets)
+
+
+_WORDS = 8  # strings up to 64 bytes are encoded as words; longer ones through a dict
+_P = np.uint64(0x9E3779B97F4A7C15)
+
+
+def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes in order of first appearance, first row of each code) of strings ``data[offsets[i]:offsets[i+1]]``.
+
+    Strings of up to 64 bytes are padded into a few 64-bit words per row, grouped by a
+    hash of the words and then confirmed word for word, so the result is exact;
+    longer strings go through a dict of their bytes. Both cost about what a C++
+    dictionary encoder would.
+    """
+    lengths = np.diff(offsets)
+    n = lengths.size
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    longest = int(lengths.max())
+    if longest == 0:
+        return np.zeros(n, np.int64), np.zeros(1, np.int64)
+    if longest == 1 and int(lengths.min()) == 1:  # ``ph``: one byte each, the byte is the key
+        return _first_seen(data[offsets[0] : offsets[0] + n])
+    short = lengths <= 8 * _WORDS
+    if short.all():
+        got = _encode_words(data, offsets[:-1], lengths)
+        return got if got is not None else _encode_slowly(data, offsets)
+    if np.count_nonzero(short) * 2 < n:
+        return _encode_slowly(data, offsets)
+    # Mixed: words for the short rows, the dict for the long ones, then one numbering.
+    rows_s, rows_l = np.flatnonzero(short), np.flatnonzero(~short)
+    got = _encode_words(data, offsets[rows_s], lengths[rows_s])
+    if got is None:
+        return _encode_slowly(data, offsets)
+    codes = np.empty(n, np.int64)
+    codes[rows_s] = got[0]
+    raw = data.tobytes()
+    seen: dict[bytes, int] = {}
+    base = int(got[1].size)
+    for i in rows_l.tolist():
+        codes[i] = base + seen.setdefault(raw[offsets[i] : offsets[i + 1]], len(seen))
+    codes, first = _first_seen(codes)
+    return codes, first
+
+
+def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``encode`` for strings of at most 64 bytes; None on a hash collision (the caller then uses a dict)."""
+    n = lengths.size
+    width = max(1, -(-int(lengths.max()) // 8))
+    stride = 8 * width
+    raw = np.zeros(n * stride, np.uint8)
+    total = int(lengths.sum())
+    if total:
+        # Scatter the bytes of every string into its padded row: work in proportion to the bytes.
+        ends = np.cumsum(lengths)
+        shift = np.repeat(np.arange(0, n * stride, stride) - (ends - lengths), lengths)
+        shift += np.arange(total)
+        contiguous = bool(np.all(starts[1:] == starts[:-1] + lengths[:-1]))
+        if contiguous:
+            raw[shift] = data[starts[0] : starts[0] + total]
+        else:
+            raw[shift] = data[np.repeat(starts - (ends - lengths), lengths) + np.arange(total)]
+    rows = raw.reshape(n, stride)
+    words = rows.view(np.uint64)
+    h = lengths.astype(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            h *= _P
+            h += words[:, j]
+    codes, first = _first_seen(h)
+    rep = first[codes]
+    if not (np.array_equal(words, words[rep]) and np.array_equal(lengths, lengths[rep])):
+        return None
+    return codes, first
+
+
+def encode_slices(
+    data: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``encode`` for the byte ranges [starts, ends) of ``data``: (codes, first, the ranges joined, row offsets)."""
+    lengths = ends - starts
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    pos = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
+    joined = data[np.repeat(starts, lengths) + pos]
+    codes, first = encode(joined, offsets)
+    return codes, first, joined, offsets
+
+
+def _first_seen(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes in order of first appearance, and the index of each code's first row."""
+    n = key.size
+    if n and key.dtype.kind in "iu":
+        lo, hi = int(key.min()), int(key.max())
+        if hi - lo <= 4 * n + 1024:  # small range (bytes, codes): a table instead of a sort
+            present = np.zeros(hi - lo + 1, bool)
+            present[key - lo] = True
+            inverse = np.cumsum(present, dtype=np.int64)[key - lo] - 1
+            return _ranked(inverse, n)
+    if n > 100_000:
+        # Few distinct values among many (lanes, names, ids of an nsys table): numpy's hashed
+        # unique plus a binary search into it beats sorting all n (3x at 10M); a strided
+        # sample decides, the result is exact either way.
+        sample = key[:: n // 10_000]
+        if np.unique(sample).size * 20 < sample.size:
+            uniq = np.unique(key)
+            return _ranked(np.searchsorted(uniq, key), n)
+    _, inverse = np.unique(key, return_inverse=True)  # no return_index: that asks for a slower stable sort
+    return _ranked(inverse.reshape(-1), n)
+
+
+def _ranked(inverse: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes 0..k-1 renumbered in order of first appearance, and each one's first row."""
+    first = np.full(int(inverse.max()) + 1 if n else 0, n, np.int64)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each code's first row
+    order = np.argsort(first)
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size)
+    return rank[inverse], first[order]
+
+
+def encode_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_first_seen`` for the rows of an int64 matrix: hashed to one key, then confirmed row for row."""
+    n, width = matrix.shape
+    if n == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    h = np.zeros(n, np.uint64)
+    words = matrix.view(np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(width):
+            h *= _P
+            h += words[:, j]
+    codes, first = _first_seen(h)
+    if np.array_equal(matrix, matrix[first[codes]]):
+        return codes, first
+    _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)  # a collision
+    return _first_seen(first[inverse.reshape(-1)])
+
+
+def _encode_slowly(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    seen: dict[bytes, int] = {}
+    raw = data.tobytes()
+    bounds = offsets.tolist()
+    codes = np.fromiter(
+        (seen.setdefault(raw[a:b], len(seen)) for a, b in itertools.pairwise(bounds)), np.int64, len(bounds) - 1
+    )
+    return codes, np.unique(codes, return_index=True)[1]

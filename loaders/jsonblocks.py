@@ -1,0 +1,285 @@
+"""Cut the ``traceEvents`` array into blocks of whole events: by the writer's layout when it holds, else by structure.
+
+Kineto writes each event as an indented object and puts the same bytes between
+any two events (``},\\n  {``). The first block is cut by the structural scan
+(``jsonframe.split_block``), which also shows whether every gap between events is
+the same text; if that text holds a newline, later blocks are cut at the last
+occurrence of ``}`` gap ``{`` in the buffer, a search from its end, and are handed
+to Arrow as they are (the comma blanked), multi-line events and all.
+
+Why a cut there is safe to try: a raw newline never occurs inside a JSON string, so
+the ``}``, ``,`` and ``{`` around it are structural, and ``},{`` only occurs between
+two elements of an array. A cut is therefore either between two events or inside a
+deeper array of one event; the latter leaves an unclosed object that the parser
+refuses. When Arrow refuses a layout block for any reason, the reader calls
+``rewind`` and the rest of the file, from that block on, is cut by structure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gaplens.loaders.jsonframe import array_start, split_block, top_level
+
+_WS = np.zeros(256, dtype=bool)
+_WS[[9, 10, 13, 32]] = True
+
+
+@dataclass
+class Piece:
+    """One block of whole events, in file order.
+
+    ``gap`` is the separator of a layout block, whose ``data`` is the raw text
+    ``{…}<gap>{…}``; for a block cut by structure ``gap`` is None and ``data`` is
+    NDJSON (a uint8 array, string pids/tids renamed ``pis``/``tis``).
+    """
+
+    seq: int
+    data: bytes | np.ndarray
+    gap: bytes | None
+    offset: int  # position in the decompressed document of the block's first byte (layout blocks)
+
+
+@dataclass
+class Framed:
+    """What ``frame_events`` learned besides the event blocks (filled as the scan proceeds)."""
+
+    top: dict = field(default_factory=dict)  # top-level keys other than traceEvents
+    events: int = 0  # complete events handed out
+    warnings: list[str] = field(default_factory=list)
+
+
+def damage_warning(kept: int, at: int) -> str:
+    return f"the file is truncated or damaged: kept the {kept} events before byte {at}, dropped the rest"
+
+
+class EventBlocks:
+    """Iterate ``Piece``s of whole events from decompressed chunks; ``top`` holds the other keys after.
+
+    The consumer confirms pieces in order (``confirm``) or, when Arrow refuses a layout
+    piece, calls ``rewind`` with it: iteration then continues from that piece's first
+    byte, cut by structure to the end of the file.
+    """
+
+    def __init__(self, chunks: Iterable[bytes], block_size: int = 1 << 20, layout: bool = True) -> None:
+        self.top: dict = {}
+        self.warnings: list[str] = []
+        self.damaged_at: int | None = None  # where the array stops making sense, when it does
+        self.structural_events = 0
+        self._it = iter(chunks)
+        self._block = block_size
+        self._layout_allowed = layout
+        self._gap: bytes | None = None
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._offset = 0  # document position of the first buffered byte
+        self._exhausted = False
+        self._done = False
+        self._grow = False  # the last pass could not cut: read at least one more chunk
+        self._seq = 0
+        self._handed: deque[Piece] = deque()  # layout pieces not yet confirmed
+        self._tail: bytes | None = None  # the raw text handed from layout to structure at the end
+        self._prefix = b""
+        self._bare = False
+        self._started = False
+
+    def __iter__(self) -> Iterator[Piece]:
+        return self
+
+    def __next__(self) -> Piece:
+        if not self._started:
+            self._start()
+        while not self._done:
+            piece = self._layout_piece() if self._gap is not None else self._structural_piece()
+            if piece is not None:
+                return piece
+        raise StopIteration
+
+    @property
+    def layout(self) -> bytes | None:
+        """The separator layout blocks are cut at, while cutting by layout."""
+        return self._gap
+
+    def confirm(self, seq: int) -> None:
+        """Piece ``seq`` and those before it were read: they will never be rewound to."""
+        while self._handed and self._handed[0].seq <= seq:
+            self._handed.popleft()
+
+    def rewind(self, seq: int) -> None:
+        """Cut everything from layout piece ``seq`` on again, by structure."""
+        pieces = [p for p in self._handed if p.seq >= seq]
+        if not pieces or pieces[0].seq != seq or pieces[0].gap is None:
+            raise ValueError(f"piece {seq} cannot be rewound to")
+        gap = pieces[0].gap
+        rest = self._tail if self._tail is not None else b"".join(self._parts)
+        raw = gap.join(bytes(p.data) for p in pieces) + gap + rest
+        self._parts, self._size, self._offset = [raw], len(raw), pieces[0].offset
+        self._handed.clear()
+        self._gap, self._layout_allowed, self._tail = None, False, None
+        self._done, self._grow = False, False
+        self.top, self.warnings, self.damaged_at = {}, [], None
+
+    # ---- reading -------------------------------------------------------------
+    def _start(self) -> None:
+        self._started = True
+        head = b""
+        while True:
+            chunk = next(self._it, None)
+            if chunk is not None:
+                head += chunk
+            found = array_start(head, final=chunk is None)
+            if found is not None:
+                break
+        start, self._bare = found
+        self._prefix = head[: start - 1]
+        self._parts, self._size, self._offset = [head[start:]], len(head) - start, start
+
+    def _fill(self) -> None:
+        want = self._size + 1 if self._grow else self._block
+        while self._size < want and not self._exhausted:
+            chunk = next(self._it, None)
+            if chunk is None:
+                self._exhausted = True
+                break
+            self._parts.append(chunk)
+            self._size += len(chunk)
+        self._grow = False
+
+    def _keep(self, rest: bytes, consumed: int) -> None:
+        self._parts, self._size = [rest], len(rest)
+        self._offset += consumed
+
+    def _next_piece(self, data: bytes | np.ndarray, gap: bytes | None, offset: int) -> Piece:
+        piece = Piece(self._seq, data, gap, offset)
+        self._seq += 1
+        return piece
+
+    def _layout_piece(self) -> Piece | None:
+        self._fill()
+        gap = self._gap
+        assert gap is not None
+        buf = b"".join(self._parts)
+        cut = buf.rfind(b"}" + gap + b"{") if not self._exhausted else -1
+        if cut < 0:
+            if self._exhausted:
+                # The end of the array and what follows it: cut by structure, which finds them.
+                self._tail = buf
+                self._gap = None
+                self._parts, self._size = [buf], len(buf)
+                return None
+            self._parts, self._grow = [buf], True
+            return None
+        piece = self._next_piece(buf[: cut + 1], gap, self._offset)
+        self._handed.append(piece)
+        skip = cut + 1 + len(gap)
+        self._keep(buf[skip:], skip)
+        return piece
+
+    def _structural_piece(self) -> Piece | None:
+        self._fill()
+        buf = b"".join(self._parts)
+        res = split_block(buf)
+        piece = None
+        if res.count:
+            self.structural_events += res.count
+            piece = self._next_piece(res.ndjson, None, self._offset)
+        if res.array_end is not None:
+            trailer = buf[res.array_end :] + b"".join(self._it)
+            self.top = top_level(self._prefix, trailer, self._bare, self.warnings)
+            self._done = True
+        elif res.damage is not None or self._exhausted:
+            self._damage(self._offset + (res.damage if res.damage is not None else res.consumed))
+        else:
+            self._keep(buf[res.consumed :], res.consumed)
+            self._grow = not res.count
+            if self._layout_allowed and res.count:
+                self._decide_layout(res.gap)
+        return piece
+
+    def _decide_layout(self, gap: bytes | None) -> None:
+        """Cut by layout from here on when the first block's events are all apart by one text with a newline."""
+        rest = b"".join(self._parts)
+        if gap is not None and len(rest) <= len(gap):
+            return  # cannot tell yet whether the next event follows the same gap
+        self._layout_allowed = False  # decided once
+        if gap is None or b"\n" not in gap or gap.count(b",") != 1 or not rest.startswith(gap + b"{"):
+            return
+        self._gap = gap
+        self._keep(rest[len(gap) :], len(gap))
+
+    def _damage(self, at: int) -> None:
+        self.damaged_at = at
+        truncated = b"]}" if not self._bare else b"]"
+        self.top = top_level(self._prefix, truncated, self._bare, self.warnings, truncated=True)
+        self._done = True
+
+
+def frame_events(chunks: Iterable[bytes], framed: Framed, block_size: int = 2 << 20) -> Iterator[np.ndarray]:
+    """Yield NDJSON blocks (uint8 arrays) of complete events, cut by structure; fill ``framed``.
+
+    String-valued ``pid``/``tid`` keys come out renamed ``pis``/``tis``.
+    """
+    blocks = EventBlocks(chunks, block_size, layout=False)
+    for piece in blocks:
+        framed.events = blocks.structural_events
+        assert isinstance(piece.data, np.ndarray)
+        yield piece.data
+    framed.events = blocks.structural_events
+    framed.top = blocks.top
+    framed.warnings.extend(blocks.warnings)
+    if blocks.damaged_at is not None:
+        framed.warnings.append(damage_warning(framed.events, blocks.damaged_at))
+
+
+def arrow_input(piece: Piece, twins: dict[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(text Arrow reads as whitespace-separated objects, position that ends each event but the last).
+
+    A layout piece gets the comma of every separator blanked; in both kinds the string
+    values of the keys in ``twins`` move to the twin key (same length), so that Arrow
+    sees one type per field.
+    """
+    if piece.gap is None:
+        text = np.asarray(piece.data, dtype=np.uint8)
+        if twins:
+            text = text.copy()  # the piece stays as framed, for the per-event fallback
+        ends = np.flatnonzero(text == 10)
+    else:
+        gap = piece.gap
+        text = np.frombuffer(bytearray(piece.data), np.uint8)
+        k = len(gap)
+        brace = np.flatnonzero(text == 123)
+        brace = brace[brace > k]
+        ok = text[brace - k - 1] == 125
+        for j, byte in enumerate(gap):
+            ok &= text[brace - k + j] == byte
+        ends = brace[ok] - k + gap.index(b",")
+        text[ends] = 32
+    if twins:
+        rename_string_values(text, twins)
+    return text, ends
+
+
+def rename_string_values(text: np.ndarray, twins: dict[bytes, bytes]) -> None:
+    """``"key": "v"`` -> ``"twin": "v"`` in place, for each key of ``twins`` (twins have the key's length).
+
+    Finds colons right after a closing quote and right before an opening quote (one
+    space allowed between), then compares the key bytes: vectorised over the block.
+    """
+    colon = np.flatnonzero(text == 58)
+    colon = colon[(colon > 1) & (colon + 2 < text.size)]
+    after = np.where(text[colon + 1] == 32, colon + 2, colon + 1)
+    colon = colon[(text[after] == 34) & (text[colon - 1] == 34)]
+    for key, twin in twins.items():
+        size = len(key)
+        at = colon[colon >= size + 2]
+        ok = text[at - size - 2] == 34
+        for j, byte in enumerate(key):
+            ok &= text[at - size - 1 + j] == byte
+        at = at[ok]
+        for j, (old, new) in enumerate(zip(key, twin, strict=True)):
+            if old != new:
+                text[at - size - 1 + j] = new

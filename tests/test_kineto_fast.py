@@ -1,0 +1,267 @@
+"""The columnar Kineto path on every trace: layout blocks, structural blocks, rewinds, twins, Input Dims.
+
+Each test compares against an independent reading of the same JSON (the stdlib
+decoder, or the per-event fallback forced by refusing every Arrow parse), so a
+difference in any column fails it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gaplens.loaders import kineto, load
+from gaplens.loaders.jsonblocks import EventBlocks, arrow_input
+from gaplens.loaders.kineto import LoadStats
+from tests.conftest import BUNDLED, PUBLIC, ROOT, SAMPLES
+
+FILES = sorted(
+    [
+        *SAMPLES.glob("*.json.gz"),
+        *PUBLIC.glob("*/*.json*"),
+        *(ROOT / "tests" / "data").glob("*.json.gz"),
+        *BUNDLED.glob("*.json.gz"),
+    ]
+)
+COLUMNS = ("lane", "depth", "start_ns", "end_ns", "kind", "corr", "bytes", "launch")
+
+
+def _raw_events(path: Path) -> list:
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    doc = json.loads(raw)
+    return doc if isinstance(doc, list) else doc["traceEvents"]
+
+
+def _same(a, b) -> None:
+    for col in COLUMNS:
+        assert np.array_equal(getattr(a, col), getattr(b, col)), col
+    assert [a.names[i] for i in a.name_id] == [b.names[i] for i in b.name_id]
+    assert [a.details[i] for i in a.detail_id] == [b.details[i] for i in b.detail_id]
+    assert a.lanes == b.lanes and a.meta.origin_ns == b.meta.origin_ns
+
+
+def _per_event(monkeypatch, path):
+    """The trace as the per-event fallback reads it: every Arrow parse refused."""
+
+    def refuse(text, options):
+        raise pa.ArrowInvalid("forced")
+
+    with monkeypatch.context() as m:
+        m.setattr(kineto, "_read_json", refuse)
+        return load(path, use_cache=False)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_every_sample_reads_without_the_per_event_path(path):
+    stats = LoadStats()
+    load(path, use_cache=False, stats=stats)
+    assert stats.slow_events == 0, stats
+    assert stats.events == len(_raw_events(path))
+
+
+def test_kineto_layout_is_cut_at_its_separator():
+    """A 40 MB trace from the writer: every block but the first and the tail is cut at '},\\n  {'."""
+    stats = LoadStats()
+    load(SAMPLES / "decode_eager.json.gz", use_cache=False, stats=stats)
+    assert stats.layout_blocks >= 25 and stats.structure_blocks <= 2 and stats.rewinds == 0, stats
+
+
+def _write(tmp_path: Path, doc, name: str, **dump) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc, **dump))
+    return path
+
+
+def _small_blocks(monkeypatch, size: int = 700) -> None:
+    """Blocks of ``size`` bytes from reads of 256, so a few KB of JSON make many layout blocks."""
+    from gaplens.loaders import files
+
+    monkeypatch.setattr(kineto, "BLOCK_SIZE", size)
+    monkeypatch.setattr(files, "READ_SIZE", 256)
+
+
+def _events(n: int, first_ts: int = 1_000_000) -> list[dict]:
+    """A host thread launching kernels on two streams, with record_shapes-style args."""
+    out: list[dict] = [{"ph": "M", "name": "thread_name", "pid": 7, "tid": 8, "args": {"name": "main"}}]
+    for i in range(n):
+        ts = first_ts + 10 * i
+        out.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": f"aten::op{i % 5}",
+                "pid": 7,
+                "tid": 8,
+                "ts": ts,
+                "dur": 4,
+                "args": {"External id": i, "Input Dims": [[i % 3, 4], []], "Input type": ["float", ""]},
+            }
+        )
+        launch = {"correlation": 100 + i}
+        out.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 7, "tid": 8, "ts": ts + 1,
+             "dur": 2, "args": launch}
+        )  # fmt: skip
+        work = {"correlation": 100 + i, "stream": 7 + (i % 2), "grid": [i % 4, 1, 1]}
+        out.append(
+            {"ph": "X", "cat": "kernel", "name": f"k{i % 3}", "pid": 0, "tid": 7 + (i % 2), "ts": ts + 5,
+             "dur": 3, "args": work}
+        )  # fmt: skip
+    return out
+
+
+def test_one_line_trace_is_cut_by_structure_and_reads_like_its_indented_twin(tmp_path, monkeypatch):
+    _small_blocks(monkeypatch)
+    doc = {"schemaVersion": 1, "traceEvents": _events(60)}
+    flat, indented = LoadStats(), LoadStats()
+    a = load(_write(tmp_path, doc, "flat.json"), use_cache=False, stats=flat)
+    b = load(_write(tmp_path, doc, "indented.json", indent=2), use_cache=False, stats=indented)
+    assert flat.layout_blocks == 0 and flat.structure_blocks > 3
+    assert indented.layout_blocks > 3 and indented.rewinds == 0
+    _same(a, b)
+
+
+def test_a_cut_inside_an_event_rewinds_to_structure(tmp_path, monkeypatch):
+    """An args list of objects written with the events' own separator: the layout cut lands inside an event.
+
+    The padding after the inner separator is longer than a block, so some buffer ends in
+    it and its last separator is the inner one: the piece ends in an unclosed object.
+    """
+    _small_blocks(monkeypatch, 400)
+    events = _events(40)
+    body = ",\n  ".join(json.dumps(e) for e in events[:30])
+    trap = (
+        '{"ph": "X", "cat": "cpu_op", "name": "trap", "pid": 7, "tid": 8, "ts": 2000000, "dur": 1, '
+        '"args": {"l": [{"a": 1},\n  {"b": 2}], "pad": "' + "x" * 3000 + '"}}'
+    )
+    tail = ",\n  ".join(json.dumps(e) for e in events[30:])
+    path = tmp_path / "trap.json"
+    path.write_text('{"traceEvents": [\n  ' + body + ",\n  " + trap + ",\n  " + tail + "\n]}")
+    stats = LoadStats()
+    got = load(path, use_cache=False, stats=stats)
+    assert stats.rewinds >= 1 and stats.slow_events == 0 and stats.layout_blocks > 0, stats
+    assert len(got) == 3 * 40 + 1
+    _same(got, _per_event(monkeypatch, path))
+
+
+def test_mixed_types_are_read_through_twins(tmp_path, monkeypatch):
+    """ROCm's "stream": "0x0", Triton's "grid": "grid(100,)", string pids and times, 6-digit fractions."""
+    _small_blocks(monkeypatch)
+    events = _events(50)
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    kernels[10]["args"]["stream"] = "0x0"
+    kernels[11]["args"]["grid"] = "grid(100,)"
+    kernels[12]["args"]["correlation"] = "112"
+    kernels[13]["pid"] = "0"
+    kernels[14]["ts"] = "1000143.25"
+    kernels[15]["dur"] = 0.123456
+    events[5]["tid"] = "8"
+    path = _write(tmp_path, {"traceEvents": events}, "mixed.json", indent=2)
+    stats = LoadStats()
+    got = load(path, use_cache=False, stats=stats)
+    assert stats.slow_events == 0 and {"stream", "grid", "correlation"} <= set(stats.twins), stats
+    _same(got, _per_event(monkeypatch, path))
+    details = {got.details[i] for i in got.detail_id}
+    assert "grid grid(100,)" in details
+
+
+def test_record_shapes_fields_any_depth(tmp_path, monkeypatch):
+    """Input Dims of any depth read from the text; odd values and spacing read as the per-event path does."""
+    _small_blocks(monkeypatch)
+    events = _events(30)
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    ops[1]["args"]["Input Dims"] = [[64, 2048], [], [[1, 2], [3]]]  # a TensorList input: one level deeper
+    ops[2]["args"]["Input Dims"] = [[1.5, 2]]  # not integers: decoded from its own event
+    ops[3]["args"]["Input Dims"] = []  # says nothing: no detail
+    ops[4]["args"]["Input Dims"] = [list(range(200))]  # longer than the first look
+    ops[5]["args"]["Concrete Inputs"] = ["", "[64, 2048]", "True"]
+    ops[5]["args"]["Call stack"] = "a.py(1): f;b.py(2): g"
+    ops[6]["args"] = {"Input dims": [[3, 3]]}  # the 2020 spelling
+    path = _write(tmp_path, {"traceEvents": events}, "shapes.json", indent=2)
+    compact = _write(tmp_path, {"traceEvents": events}, "compact.json", separators=(",", ":"))
+    stats = LoadStats()
+    got = load(path, use_cache=False, stats=stats)
+    assert stats.slow_events == 0
+    _same(got, _per_event(monkeypatch, path))
+    _same(got, load(compact, use_cache=False))
+    details = {got.details[i] for i in got.detail_id}
+    assert "Input Dims [[64, 2048], [], [[1, 2], [3]]]" in details
+    assert "Input Dims [[1.5, 2]]" in details
+    assert "Input Dims [[3, 3]]" in details
+    assert f"Input Dims [{list(range(200))}]" in details
+
+
+_names = st.text(st.sampled_from(list('ab{}[]",:\\ /é\n\t')), max_size=6)
+_event = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "M", "i"]),
+        "name": _names,
+        "pid": st.one_of(st.integers(0, 9), _names),
+        "tid": st.one_of(st.integers(0, 9), st.just("stream 7")),
+        "ts": st.integers(0, 10**15),
+        "args": st.dictionaries(
+            _names, st.one_of(st.integers(), _names, st.lists(st.dictionaries(_names, st.integers()), max_size=3))
+        ),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_event, min_size=1, max_size=30), st.sampled_from([1, 2, 4]), st.integers(64, 2048), st.booleans())
+def test_any_layout_gives_back_the_events(events, indent, block, bare):
+    """Layout and structural blocks, as handed to Arrow, hold exactly the events, whatever nests inside them."""
+    doc = events if bare else {"schemaVersion": 1, "traceEvents": events, "z": [{"a": 1}, {"b": 2}]}
+    text = json.dumps(doc, indent=indent).encode()
+    blocks = EventBlocks([text[i : i + 97] for i in range(0, len(text), 97)], block)
+    got: list = []
+    for piece in blocks:
+        data, _ = arrow_input(piece, {})
+        try:
+            got_here = _decode_all(data.tobytes().decode())
+        except ValueError:  # as Arrow would refuse it: a layout cut inside an event
+            assert piece.gap is not None
+            blocks.rewind(piece.seq)
+            continue
+        got.extend(got_here)
+        blocks.confirm(piece.seq)
+    assert got == events and not blocks.warnings and blocks.damaged_at is None
+
+
+def _decode_all(text: str) -> list:
+    """Whitespace-separated JSON objects, as Arrow reads a block; string ids renamed back."""
+    dec, pos, out = json.JSONDecoder(), 0, []
+    while text[pos:].strip():
+        pos += len(text[pos:]) - len(text[pos:].lstrip())
+        obj, pos = dec.raw_decode(text, pos)
+        if not isinstance(obj, dict):
+            raise ValueError("not an event")
+        for key in ("pid", "tid"):  # string ids come out of the structural scan renamed
+            if key[0] + "is" in obj:
+                obj[key] = obj.pop(key[0] + "is")
+        out.append(obj)
+    return out
+
+
+def test_a_headless_load_stays_lean(tmp_path):
+    """Loading (Kineto, nsys, then a cache hit) imports neither pandas nor Textual nor pyarrow.compute."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from gaplens.loaders import load\n"
+        f"load({str(SAMPLES / 'train_step.json.gz')!r}); load({str(SAMPLES / 'train_step.json.gz')!r})\n"
+        f"load({str(SAMPLES / 'nsys_train_step.sqlite.gz')!r}, use_cache=False)\n"
+        "print(sorted(m for m in ('pandas', 'textual', 'pyarrow.compute') if m in sys.modules))"
+    )
+    env = {"GAPLENS_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
