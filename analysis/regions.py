@@ -143,11 +143,24 @@ def device_phases(trace: Trace, device: int) -> list:
 
 def launching_threads(trace: Trace, device: int) -> set[tuple[int, int]]:
     """(pid, tid) of the host threads whose calls queued work on ``device``."""
-    ops = gpu_work(trace, device)
+    return _launching_threads(trace).get(device, set())
+
+
+@per_trace
+def _launching_threads(trace: Trace) -> dict[int, set[tuple[int, int]]]:
+    """Per device, the threads that queued its work: one pass over the launch links of all GPU ops."""
+    ops = gpu_work(trace)
     calls = trace.launch[ops]
-    calls = np.unique(calls[calls >= 0])
-    lanes = np.unique(trace.lane[calls])
-    return {(trace.lanes[int(ln)].pid, trace.lanes[int(ln)].tid) for ln in lanes.tolist()}
+    has = calls >= 0
+    dev = trace.device_of_event()[ops[has]]
+    lane = trace.lane[calls[has]].astype(np.int64)
+    # (device, lane) pairs without sorting a million rows: a small 2-D presence table.
+    seen = np.zeros((max(len(trace.meta.devices), int(dev.max()) + 1 if dev.size else 1), len(trace.lanes)), bool)
+    seen[dev, lane] = True
+    return {
+        int(d): {(trace.lanes[int(ln)].pid, trace.lanes[int(ln)].tid) for ln in np.flatnonzero(seen[d]).tolist()}
+        for d in np.flatnonzero(seen.any(axis=1)).tolist()
+    }
 
 
 def _asked(trace: Trace, device: int) -> BusySpans | None:
