@@ -183,6 +183,33 @@ def test_phases_time_like_cuda_events_on_every_rank(traces, name):
     assert "nccl:all_reduce" not in got and "DistributedDataParallel.forward" not in got
 
 
+def test_a_range_counts_the_launches_of_its_process_s_other_threads():
+    """autograd launches backward's kernels from its own thread; the main thread only fills the first grad.
+
+        main      [backward ........................................]   (blocks, no CUDA call)
+                   ▕fill▏
+        autograd         ▕l▏  ▕l▏  ▕l▏ … ▕l▏
+        stream 7    ▐▌      ███  ███  ███ … ███
+
+    Timed on the main thread's calls alone, backward lasted as long as the fill kernel (tens of µs).
+    """
+    from gaplens.loaders.model import Kind
+    from tests.handbuilt import API, Builder, stream
+
+    b = Builder()
+    b.phase(0, 10_000_000, "backward")
+    b.launch(10_000, 20_000, 30_000, 40_000, name="fill")
+    autograd = (API[0], API[1], 200)
+    for k in range(20):
+        t = 100_000 + k * 450_000
+        b.corr += 1
+        b.cols.add(autograd, t, t + 5_000, "cudaLaunchKernel", Kind.CUDA_API, b.corr)
+        b.cols.add(stream(), t + 10_000, t + 400_000, f"grad{k}", Kind.KERNEL, b.corr)
+    (bw,) = phases(b.trace())
+    assert bw.start_ns == 10_000 and bw.end_ns == 100_000 + 19 * 450_000 + 400_000
+    assert bw.device == 0 and bw.pid == API[1]
+
+
 def test_nsys_report_of_two_ranks_times_each_rank(traces):
     trace = traces("nsys_ddp_straggler.sqlite.gz")
     found = phases(trace)
