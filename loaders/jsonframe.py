@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-import orjson
 
 from gaplens.loaders.model import TraceError
+from gaplens.loaders.validate import loose_json
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True
@@ -292,12 +292,12 @@ def _top_level(prefix: bytes, trailer: bytes, bare: bool, framed: Framed, trunca
     if bare:
         return {"__bare_array__": True}
     try:
-        doc = orjson.loads(prefix + b"[" + (b"" if truncated else b"]") + trailer)
-    except orjson.JSONDecodeError:
+        doc = loose_json(prefix + b"[" + (b"" if truncated else b"]") + trailer)
+    except ValueError:
         if not truncated:
             framed.warnings.append("damaged JSON after traceEvents: keys written after the events are ignored")
         try:
-            doc = orjson.loads(prefix + b"[]}")
-        except orjson.JSONDecodeError:
+            doc = loose_json(prefix + b"[]}")
+        except ValueError:
             raise TraceError("not valid JSON before traceEvents: not a readable trace") from None
     return doc if isinstance(doc, dict) else {}

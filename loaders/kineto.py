@@ -24,7 +24,7 @@ import pyarrow.json as pj
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Source
 from gaplens.loaders.jsonframe import Framed, frame_events
-from gaplens.loaders.kineto_cols import SCHEMA, Block, Context, as_int, from_arrow
+from gaplens.loaders.kineto_cols import SCHEMA, Block, Context, from_arrow
 from gaplens.loaders.kineto_slow import from_lines
 from gaplens.loaders.model import (
     CPU_KINDS,
@@ -37,6 +37,7 @@ from gaplens.loaders.model import (
     TraceError,
     build_trace,
 )
+from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs, saturating_end
 
 Progress = Callable[[str, float], None]
 
@@ -70,14 +71,10 @@ def load_kineto(path: str, progress: Progress | None = None) -> Trace:
         if damage:
             raise TraceError(f"{path}: damaged before its first event ({damage})")
         raise TraceError(f"{path}: the trace holds no events (empty traceEvents)")
-    warnings = [damage] if damage else []
-    if ctx.malformed:
-        warnings.append(f"{ctx.malformed} malformed events skipped")
-    if ctx.bad_time:
-        warnings.append(f"{ctx.bad_time} events with missing or negative ts/dur clamped to 0")
+    repairs = kineto_repairs(damage, ctx.malformed, ctx.bad_start, ctx.bad_time)
     if progress is not None:
         progress("building", 0.0)
-    return _build(ctx, blocks, framed.top, Meta(source_format="kineto", path=path, warnings=warnings))
+    return _build(ctx, blocks, clean_top(framed.top, repairs), Meta(source_format="kineto", path=path), repairs)
 
 
 def _classify(ctx: Context, ndjson: np.ndarray, parsed: Future) -> list[Block]:
@@ -93,7 +90,7 @@ def _read_json(ndjson: np.ndarray) -> pa.Table:
     return pj.read_json(source, read_options=_READ, parse_options=_PARSE, memory_pool=_POOL)
 
 
-def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
+def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Repairs) -> Trace:
     for key, value in top.items():
         if key not in ("traceEvents", "deviceProperties") and not isinstance(value, dict | list):
             meta.extra[key] = value
@@ -118,7 +115,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
 
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
     start = cat("start", np.int64) + base
-    end = start + cat("dur", np.int64)
+    end = saturating_end(start, cat("dur", np.int64))
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
@@ -141,6 +138,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
         cat("nbytes", np.int64),
         cat("detail_id", np.int32),
         corr_scope=None,
+        repairs=repairs,
     )
 
 

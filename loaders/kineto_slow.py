@@ -23,14 +23,13 @@ from gaplens.loaders.kineto_cols import (
     Block,
     Context,
     _metadata,
-    as_int,
     lane_codes,
     memcpy_kind,
     stream_of,
-    time_ns,
 )
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
+from gaplens.loaders.validate import as_int, time_ns
 
 
 def _decode(line: bytes) -> dict | None:
@@ -70,7 +69,7 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
         kind, lk = spec
         start = time_ns(ev.get("ts"))
         if start is None:
-            ctx.bad_time += 1
+            ctx.bad_start += 1
             continue
         dur = time_ns(ev.get("dur"))
         if dur is None or dur < 0:

@@ -7,12 +7,15 @@ visible window on any row is two binary searches away.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
+
+from gaplens.loaders.text import clean_text, shorten
+from gaplens.loaders.validate import Repairs, check_columns, check_events, clean_meta
 
 
 class Kind(IntEnum):
@@ -115,17 +118,15 @@ class Meta:
     extra: dict = field(default_factory=dict)  # format-specific facts (versions, env)
 
 
-# C0 and C1 controls, DEL, and the lone ESC-introduced sequences they start.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x1f\x7f-\x9f]")
-
-
-def clean_name(text: str) -> str:
-    """Strip terminal control characters and escape sequences from an untrusted name."""
-    return _CONTROL.sub("", text) if _CONTROL.search(text) else text
+#: The one sanitiser (``loaders.text``), under the name the viewer has always used.
+clean_name = clean_text
 
 
 class TraceError(Exception):
-    """Unusable input; the message is one line meant for the user."""
+    """Unusable input; the message is one clean line meant for the user (trace text in it is sanitised)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(shorten(message, 600))
 
 
 @dataclass
@@ -362,18 +363,34 @@ def build_trace(
     nbytes: np.ndarray,
     detail_id: np.ndarray,
     corr_scope: np.ndarray | None = None,
+    repairs: Repairs | None = None,
 ) -> Trace:
     """Sort, pack depths, index rows and link launches; times are absolute ns on input.
 
     ``corr_scope`` keys correlation ids (nsys: the process; Kineto: one scope per
-    file) because ids repeat across processes.
+    file) because ids repeat across processes. Every column passes the typed boundary
+    (``loaders.validate``) first; what it skips or clamps joins ``repairs``, which
+    becomes one warning line, and the metadata is sanitised.
     """
-    n = int(start_ns.size)
+    repairs = Repairs() if repairs is None else repairs
     start_ns = np.asarray(start_ns, dtype=np.int64)
-    end_ns = np.maximum(np.asarray(end_ns, dtype=np.int64), start_ns)
+    end_ns = np.array(end_ns, dtype=np.int64)  # a copy: the boundary clamps it in place
+    keep = check_events(start_ns, end_ns, repairs)
+    cols = [lane, name_id, kind, corr, nbytes, detail_id, corr_scope]
+    if not keep.all():
+        start_ns, end_ns = start_ns[keep], end_ns[keep]
+        cols = [None if c is None else np.asarray(c)[keep] for c in cols]
+    lane, name_id, kind, corr, nbytes, detail_id, corr_scope = cols
+    lanes, lane = _used_lanes(lanes, np.asarray(lane, dtype=np.int32))
+    nbytes = np.array(nbytes, dtype=np.int64)
+    corr = np.array(corr, dtype=np.int64)
+    check_columns(nbytes, corr, repairs)
+    if repairs:
+        meta.warnings.append(repairs.line())
+    clean_meta(meta)
+    n = int(start_ns.size)
     origin = int(start_ns.min()) if n else 0
     meta.origin_ns = origin
-    lane = np.asarray(lane, dtype=np.int32)
     order = np.lexsort((start_ns - end_ns, start_ns, lane))  # parents before children
     lane_s, start_s, end_s = lane[order], start_ns[order], end_ns[order]
     depth = pack_depths(lane_s, start_s, end_s)
@@ -405,8 +422,8 @@ def build_trace(
     return Trace(
         meta=meta,
         lanes=lanes,
-        names=[clean_name(s) for s in names],
-        details=[clean_name(s) for s in details],
+        names=[clean_text(s) for s in names],
+        details=[clean_text(s) for s in details],
         lane=lane,
         depth=depth,
         start_ns=start_ns,
@@ -422,6 +439,19 @@ def build_trace(
         row_offsets=row_offsets,
         row_maxend=row_maxend,
     )
+
+
+def _used_lanes(lanes: list[Lane], lane: np.ndarray) -> tuple[list[Lane], np.ndarray]:
+    """Lanes that kept events (the boundary may have skipped all of a lane's), renumbered densely."""
+    if not lanes:
+        return lanes, lane
+    used = np.zeros(len(lanes), bool)
+    used[lane] = True
+    if used.all():
+        return lanes, lane
+    remap = np.cumsum(used, dtype=np.int32) - 1
+    kept = [dataclasses.replace(ln, id=int(remap[ln.id])) for ln in lanes if used[ln.id]]
+    return kept, remap[lane]
 
 
 def running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:

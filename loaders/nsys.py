@@ -31,7 +31,9 @@ from gaplens.loaders.nsys_cuda import (
 from gaplens.loaders.nsys_files import resolve, sqlite_uri
 from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
-from gaplens.loaders.nsys_sql import Reader, Schema, read_meta, read_strings
+from gaplens.loaders.nsys_sql import NULL, Reader, Schema, read_meta, read_strings
+from gaplens.loaders.text import shorten
+from gaplens.loaders.validate import Repairs, check_events, int_or_none
 
 Progress = Callable[[str, float], None]
 
@@ -54,7 +56,8 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
 
 
 def _sql_message(path: str, exc: sqlite3.Error) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    """One line; SQLite's own text can quote the file's bytes, so it is sanitised and shortened."""
+    text = shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160)
     if "not a database" in text:
         return f"{path}: not a readable SQLite database (corrupt, or not an nsys export)"
     if "malformed" in text:
@@ -88,12 +91,21 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     _run_readers(reader, readers, got, progress)
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
-    parts = [p for p in got.values() if p is not None and len(p)]
+    parts = [_usable_rows(label, p, ctx.repairs) for label, p in got.items() if p is not None and len(p)]
+    for table, n in reader.bad.items():
+        ctx.repairs.add(f"non-integer or out-of-range values in {table} read as missing", n)
+    parts = [p for p in parts if len(p)]
     if not parts:
-        raise TraceError(f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)")
+        why = ctx.repairs.line()
+        raise TraceError(
+            f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)" + (f" ({why})" if why else "")
+        )
     if progress is not None:
         progress("building", 0.9)
     ev = Part.concat(parts)
+    keep = check_events(ev.start, ev.end, ctx.repairs, open_end=ev.end == OPEN_END)
+    if not keep.all():
+        ev = ev.take(keep)
     _close_open_ranges(ev, ctx)
 
     lanes, lane_of = _lanes(ev)
@@ -112,6 +124,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         ev.nbytes,
         ev.detail,
         corr_scope=ev.scope,
+        repairs=ctx.repairs,
     )
     if progress is not None:
         progress("done", 1.0)
@@ -141,6 +154,20 @@ def _run_readers(
             done[label] = stop.value
         else:
             raise RuntimeError(f"table reader {label} asked for a second query")
+
+
+def _usable_rows(label: str, part: Part, repairs: Repairs) -> Part:
+    """Rows with a usable start; a missing end is an open range for NVTX, a zero-length event elsewhere."""
+    no_start = part.start == NULL
+    if no_start.any():
+        repairs.add(f"{label} rows without a usable start skipped", int(no_start.sum()))
+        part = part.take(~no_start)
+    if label != "NVTX":
+        no_end = part.end == NULL
+        if no_end.any():
+            repairs.add(f"{label} rows without a usable end drawn with length 0", int(no_end.sum()))
+            part.end[no_end] = part.start[no_end]
+    return part
 
 
 def _close_open_ranges(ev: Part, ctx: Context) -> None:
@@ -181,14 +208,18 @@ def _meta(
     meta.extra = {
         "export": {k: v for k, v in kv.items() if k.startswith(("EXPORT_PARAM_", "EXPORT_PRODUCT", "EXPORT_SCHEMA"))},
     }
-    normalized = kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+    normalized = kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").strip().lower() == "true"
     meta.extra["time_base"] = "utc_epoch" if normalized else "session_start"
-    meta.extra["time_shift_ns"] = int(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+    shift = int_or_none(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0, floats=False)
+    if shift is None:
+        warnings.append("EXPORT_PARAM_TIME_SHIFT is not an integer: taken as 0")
+    meta.extra["time_shift_ns"] = shift or 0
     if not normalized and schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-        if row and row[0] is not None:
+        epoch = None if not row or isinstance(row[0], bool) else int_or_none(row[0], floats=False)
+        if epoch is not None:
             # Wall clock of a stored time t: utc_epoch_ns + t - time_shift_ns.
-            meta.extra["utc_epoch_ns"] = int(row[0])
+            meta.extra["utc_epoch_ns"] = epoch
     if kv.get("EXPORT_PARAM_TABLES_TO_EXPORT") or kv.get("EXPORT_PARAM_TIMES_TO_EXPORT"):
         warnings.append("filtered export (--tables/--times): some launches or GPU work may be missing their partners")
 
@@ -236,8 +267,9 @@ def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list
         cols = [c for c in schema.columns["TARGET_INFO_GPU"] if c not in ("ctxswDevPath", "ctrlDevPath")]
         for row in con.execute("SELECT " + ", ".join(f'"{c}"' for c in cols) + " FROM TARGET_INFO_GPU"):
             rec = dict(zip(cols, row, strict=True))
-            if rec.get("id") is not None:
-                info.setdefault(int(rec["id"]), {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
+            gpu = None if isinstance(rec.get("id"), bool) else int_or_none(rec.get("id"), floats=False)
+            if gpu is not None:
+                info.setdefault(gpu, {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
     return [Device(d, str(info.get(d, {}).get("name") or f"GPU {d}"), info.get(d, {})) for d in used]
 
 
@@ -245,9 +277,10 @@ def _process_names(con: sqlite3.Connection, schema: Schema, pids: set[int]) -> d
     out: dict[int, str] = {}
     if schema.has("PROCESSES", "globalPid") and pids:
         for gpid, name in con.execute("SELECT globalPid, name FROM PROCESSES"):
+            gpid = int_or_none(gpid, floats=False) if not isinstance(gpid, bool) else None
             if gpid is None:
                 continue
-            pid = (int(gpid) >> 24) & 0xFFFFFF
+            pid = (gpid >> 24) & 0xFFFFFF
             if pid in pids and name:
                 out.setdefault(pid, str(name))
     return out
@@ -258,9 +291,10 @@ def _thread_names(con: sqlite3.Connection, schema: Schema, threads: set[tuple[in
     if schema.has("ThreadNames", "globalTid") and schema.has("StringIds") and threads:
         sql = "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId"
         for gtid, name in con.execute(sql):
+            gtid = int_or_none(gtid, floats=False) if not isinstance(gtid, bool) else None
             if gtid is None or not name:
                 continue
-            key = ((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)
+            key = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF)
             if key in threads:
                 out.setdefault(key, str(name))
     return out
@@ -275,7 +309,10 @@ def _streams(con: sqlite3.Connection, schema: Schema) -> list[dict]:
     extra = ", ".join(schema.col(t, c) for c in ("priority", "flag", "processId"))
     sql = f"SELECT streamId, {extra} FROM {t}"
     for sid, prio, flag, pid in con.execute(sql):
-        if prio is not None and prio >= 1 << 31:
+        prio = int_or_none(prio, floats=False) if not isinstance(prio, bool) else None
+        if prio is not None and (1 << 31) <= prio < (1 << 32):
             prio -= 1 << 32
         out.append({"stream": sid, "priority": prio, "flag": flag, "pid": pid})
+        if len(out) >= 10_000:  # a fact for the details panel, not a table to copy whole
+            break
     return out

@@ -128,7 +128,7 @@ def test_negative_and_missing_dur_load_with_a_warning(tmp_path, capsys):
     path.write_text(json.dumps(doc))
     rc, _, err = _run(capsys, path)
     assert rc == 0
-    assert err == ["gaplens: warning: 5 events with missing or negative ts/dur clamped to 0"]
+    assert err == ["gaplens: warning: 5 events with a missing, negative or unusable dur set to 0"]
     trace = load(path, use_cache=False)
     k = trace.kind == Kind.KERNEL
     assert int(k.sum()) == len(kernels)
