@@ -223,3 +223,25 @@ def remove_stale_temps(target: Path, age_s: float = STALE_TEMP_S) -> int:
                 tmp.unlink()
                 gone += 1
     return gone
+
+
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock for ``target`` (``flock`` on a hidden ``.<name>.lock`` beside it).
+
+    Writers that read, merge and replace a shared file take it, so two of them never
+    interleave. The lock dies with its process: a killed writer never blocks the next.
+    Where ``fcntl`` does not exist, this is a no-op.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    lock = target.with_name(f".{target.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

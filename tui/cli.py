@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gaplens.loaders import TraceError
+from gaplens.loaders.text import shorten
 from gaplens.tui.commands.common import load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare")
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_tui_parser().parse_args(argv)
         return run_tui(args.trace)
     except TraceError as exc:
-        print(f"gaplens: {exc}", file=sys.stderr)
+        print(f"gaplens: {shorten(exc, 600)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -100,5 +101,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GAPLENS_DEBUG"):
             traceback.print_exc()
-        print(f"gaplens: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"gaplens: internal error: {type(exc).__name__}: {shorten(exc, 300)}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ from gaplens.analysis.notes import Notes, NotesStore, atomic_write, find_event, 
 from gaplens.analysis.phases import Phase
 from gaplens.analysis.protocol import Walkthrough, protocol_markdown
 from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.text import clean_text, shorten
 from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
@@ -106,7 +107,7 @@ class ProtocolApp(App[int]):
             self.notify(f"Loaded your notes: {len(notes.notes)} notes, {len(notes.answers)} answers (B lists them)")
 
     def _warn(self, message: str) -> None:
-        self.notify(message, severity="warning", timeout=8)
+        self.notify(clean_text(message), severity="warning", timeout=8, markup=False)
 
     def _save_notes(self) -> None:
         if self.notes_store is None or self.notes is None:
@@ -114,7 +115,7 @@ class ProtocolApp(App[int]):
         try:
             self.notes_store.save(self.notes)
         except OSError as exc:
-            self.notify(f"Could not save notes: {exc}", severity="error")
+            self.notify(f"Could not save notes: {shorten(exc, 200)}", severity="error", markup=False)
 
     def _changed_notes(self) -> None:
         self._save_notes()
@@ -369,7 +370,7 @@ class ProtocolApp(App[int]):
                 notes.mark_phase(name, start, end)
                 self._changed_notes()
                 self._apply_phases()
-                self.notify(f"Marked {name.strip()}: {fmt_ns(end - start)}")
+                self.notify(f"Marked {clean_text(name).strip()}: {fmt_ns(end - start)}", markup=False)
 
         self.push_screen(
             LineInput(f"Name the phase {fmt_ns(start)} – {fmt_ns(end)}", placeholder="prefill, decode, tokenize, …"),
@@ -420,11 +421,11 @@ class ProtocolApp(App[int]):
             folder, stem = export_place(trace.meta.path)
             md_path = folder / f"{stem}.gaplens.md"
             atomic_write(md_path, md.encode())
-            svg = self.save_screenshot(filename=f"{stem}.gaplens.svg", path=str(folder))
+            svg_path = atomic_write(folder / f"{stem}.gaplens.svg", self.export_screenshot().encode())
         except OSError as exc:
-            self.notify(f"Export failed: {exc}", severity="error")
+            self.notify(f"Export failed: {shorten(exc, 200)}", severity="error", markup=False)
             return
-        self.notify(f"Exported {md_path} and {svg}", timeout=10)
+        self.notify(clean_text(f"Exported {md_path} and {svg_path}"), timeout=10, markup=False)
 
     def reading_markdown(self) -> str:
         """The report with the user's words; the six steps of the walkthrough when no report module exists."""
