@@ -33,21 +33,25 @@ def open_regular(path: str) -> BinaryIO:
 
     The open itself does not block: a FIFO with no writer would otherwise hang ``open()``.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
     with os_errors(path):
+        _require_regular(path, os.stat(path).st_mode)  # a socket cannot even be opened
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
         fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise TraceError(f"{path}: is a directory, not a trace file")
-        if not stat.S_ISREG(mode):
-            raise TraceError(f"{path}: not a regular file (a pipe, device or socket), refused")
+        _require_regular(path, os.fstat(fd).st_mode)  # what was opened, in case the path changed
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def _require_regular(path: str, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        raise TraceError(f"{path}: not a regular file (a pipe, device or socket), refused")
 
 
 def read_head(path: str, size: int = -1) -> bytes:

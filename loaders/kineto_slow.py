@@ -35,7 +35,7 @@ from gaplens.loaders.validate import as_int, time_ns
 def _decode(line: bytes) -> dict | None:
     try:
         ev = json.loads(line.decode("utf-8", "replace"), parse_float=Decimal)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         return None
     return ev if isinstance(ev, dict) else None
 

@@ -177,7 +177,7 @@ def _close_open_ranges(ev: Part, ctx: Context) -> None:
         closed = ev.end[~open_]
         trace_end = max(int(ev.start.max()), int(closed.max()) if closed.size else int(ev.start.max()))
         ev.end[open_] = trace_end
-        ctx.warnings.append(f"{int(open_.sum())} NVTX ranges have no end; drawn open until the end of the trace")
+        ctx.repairs.add("NVTX ranges with no end drawn open until the end of the trace", int(open_.sum()))
 
 
 def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:

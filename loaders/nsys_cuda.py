@@ -426,7 +426,7 @@ def _usable(ctx: Context, c: Columns) -> bool:
         return False
     missing = [col for col in ("start", "end") if not c.has(col)]
     if missing:
-        ctx.warnings.append(f"{c.table} lacks its {' and '.join(missing)} column: its rows are not shown")
+        ctx.repairs.note(f"{c.table} lacks its {' and '.join(missing)} column: its rows are not shown")
         return False
     return True
 

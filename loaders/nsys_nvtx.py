@@ -32,7 +32,7 @@ def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
         return None, {}
     c = Columns(sc, NVTX)
     if not c.has("start", "eventType"):
-        ctx.warnings.append(f"{NVTX} lacks its start or eventType column: its rows are not shown")
+        ctx.repairs.note(f"{NVTX} lacks its start or eventType column: its rows are not shown")
         return None, {}
     types = (MARK, *PUSH_POP, *START_END, DOMAIN_CREATE, THREAD_NAME)
     specs = [

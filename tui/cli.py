@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from gaplens.loaders import TraceError
 from gaplens.loaders.text import shorten
-from gaplens.tui.commands.common import load_trace, print_json
+from gaplens.tui.commands.common import clean_output, load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare")
 
@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             args = build_parser().parse_args(argv)
-            return _commands()[args.command](args)
+            with clean_output():
+                return _commands()[args.command](args)
         if argv and argv[0] in ("-h", "--help"):
             build_tui_parser().print_help()
             print()
