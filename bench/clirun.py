@@ -13,6 +13,7 @@ shared, which is what makes thousands of runs affordable on two cores.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -68,21 +69,32 @@ class CliServer:
 
     def run(self, argv: list[str], timeout_s: float = 10.0, rss_limit_mb: float = 4096.0) -> Result:
         """Run ``gaplens ARGV`` in a fresh child; returns its outcome."""
+        return self.run_many([argv], timeout_s, rss_limit_mb)[0]
+
+    def run_many(self, argvs: list[list[str]], timeout_s: float = 30.0, rss_limit_mb: float = 4096.0) -> list[Result]:
+        """Run several command lines one after the other in one fresh child (one fork, shared limits).
+
+        Each gets its own stdout, stderr and exit status; when the child is killed, the
+        command that was running and those after it share the kill.
+        """
         assert self.proc.stdin is not None
-        req = {"argv": argv, "timeout_s": timeout_s, "rss_limit_mb": rss_limit_mb}
+        req = {"argvs": argvs, "timeout_s": timeout_s, "rss_limit_mb": rss_limit_mb}
         self.proc.stdin.write((json.dumps(req) + "\n").encode())  # ensure_ascii keeps surrogates as escapes
         self.proc.stdin.flush()
         r = json.loads(self._readline())
-        return Result(
-            argv=argv,
-            rc=r["rc"],
-            out=base64.b64decode(r["out"]),
-            err=base64.b64decode(r["err"]),
-            wall_s=r["wall_s"],
-            peak_rss_mb=r["peak_rss_mb"],
-            timed_out=r["timed_out"],
-            over_memory=r["over_memory"],
-        )
+        return [
+            Result(
+                argv=argv,
+                rc=one["rc"],
+                out=base64.b64decode(one["out"]),
+                err=base64.b64decode(one["err"]),
+                wall_s=one["wall_s"] if one["wall_s"] is not None else r["wall_s"],
+                peak_rss_mb=r["peak_rss_mb"],
+                timed_out=r["timed_out"],
+                over_memory=r["over_memory"],
+            )
+            for argv, one in zip(argvs, r["runs"], strict=True)
+        ]
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -124,19 +136,24 @@ def _rss_mb(pid: int | None = None) -> float:
         return 0.0
 
 
-def _child(argv: list[str], out: BinaryIO, err: BinaryIO) -> None:
-    """In the forked child: become ``python -m gaplens ARGV`` with stdout/stderr on the files."""
-    code = 1
-    try:
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
+def _child(argvs: list[list[str]], files: list[tuple[BinaryIO, BinaryIO]], status: BinaryIO) -> None:
+    """In the forked child: become ``python -m gaplens ARGV`` for each argv in turn, outputs on its files.
+
+    Exit statuses and times go to ``status`` as they happen (one JSON line per command),
+    so a child killed mid-way still tells which commands finished.
+    """
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    enc, errors = sys.__stdout__.encoding, sys.__stdout__.errors  # as the interpreter chose them
+    from gaplens.tui.cli import main
+
+    code = 0
+    for argv, (out, err) in zip(argvs, files, strict=True):
+        t0 = time.perf_counter()
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
-        enc, errors = sys.__stdout__.encoding, sys.__stdout__.errors  # as the interpreter chose them
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=enc, errors=errors)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=enc, errors="backslashreplace")
-        from gaplens.tui.cli import main
-
         try:
             result = main(argv)
             code = result if isinstance(result, int) else 0
@@ -145,23 +162,33 @@ def _child(argv: list[str], out: BinaryIO, err: BinaryIO) -> None:
         except BaseException:  # what the interpreter would do with an uncaught exception
             traceback.print_exc()
             code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(code)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            code = 1
+        status.write((json.dumps({"rc": code, "wall_s": time.perf_counter() - t0}) + "\n").encode())
+        status.flush()
+    os._exit(code)
 
 
 def _serve_one(req: dict) -> dict:
-    argv, timeout_s, limit_mb = req["argv"], float(req["timeout_s"]), float(req["rss_limit_mb"])
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    argvs, timeout_s, limit_mb = req["argvs"], float(req["timeout_s"]), float(req["rss_limit_mb"])
+    with contextlib.ExitStack() as stack:
+        temp = lambda: stack.enter_context(tempfile.TemporaryFile())  # noqa: E731
+        files = [(temp(), temp()) for _ in argvs]
+        status_file = temp()
         t0 = time.perf_counter()
         pid = os.fork()
         if pid == 0:
-            _child(argv, out, err)
+            try:
+                _child(argvs, files, status_file)
+            finally:
+                os._exit(1)
         timed_out = over_memory = False
-        status, usage = 0, None
+        usage = None
         while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
+            done, _, usage = os.wait4(pid, os.WNOHANG)
             if done:
                 break
             if time.perf_counter() - t0 > timeout_s:
@@ -170,17 +197,27 @@ def _serve_one(req: dict) -> dict:
                 over_memory = True
             if timed_out or over_memory:
                 os.kill(pid, signal.SIGKILL)
-                _, status, usage = os.wait4(pid, 0)
+                _, _, usage = os.wait4(pid, 0)
                 break
             time.sleep(0.002)
         wall = time.perf_counter() - t0
-        out.seek(0)
-        err.seek(0)
-        rc = os.waitstatus_to_exitcode(status) if not (timed_out or over_memory) else None
+        status_file.seek(0)
+        done_runs = [json.loads(line) for line in status_file.read().decode().splitlines()]
+        runs = []
+        for k, (out, err) in enumerate(files):
+            out.seek(0)
+            err.seek(0)
+            finished = done_runs[k] if k < len(done_runs) else {"rc": None, "wall_s": None}
+            runs.append(
+                {
+                    "rc": finished["rc"],
+                    "wall_s": finished["wall_s"],
+                    "out": base64.b64encode(out.read()).decode(),
+                    "err": base64.b64encode(err.read()).decode(),
+                }
+            )
         return {
-            "rc": rc,
-            "out": base64.b64encode(out.read()).decode(),
-            "err": base64.b64encode(err.read()).decode(),
+            "runs": runs,
             "wall_s": wall,
             "peak_rss_mb": (usage.ru_maxrss / 1024) if usage is not None else 0.0,
             "timed_out": timed_out,
