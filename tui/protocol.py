@@ -417,7 +417,9 @@ class ProtocolApp(App[int]):
             return
         trace = self.model.trace
         try:
-            md = self.reading_markdown()
+            md = clean_text(
+                self.reading_markdown(), keep_newlines=True
+            )  # the file name is in it, and may hold anything
             folder, stem = export_place(trace.meta.path)
             md_path = folder / f"{stem}.gaplens.md"
             atomic_write(md_path, md.encode())
