@@ -341,7 +341,10 @@ class NotesStore:
             self._warn(f"cannot read notes {path}: {exc.strerror or exc}")
             return None
         try:
-            notes = Notes.from_dict(loose_json(raw), self._memo)
+            data = loose_json(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a gaplens notes file")
+            notes = Notes.from_dict(data, self._memo)
         except (ValueError, UnicodeDecodeError) as exc:
             self._unreadable.add(path)
             self._warn(f"ignoring notes file {path}: {str(exc).splitlines()[0][:120]}")

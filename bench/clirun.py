@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -136,7 +137,7 @@ def _rss_mb(pid: int | None = None) -> float:
         return 0.0
 
 
-def _child(argvs: list[list[str]], files: list[tuple[BinaryIO, BinaryIO]], status: BinaryIO) -> None:
+def _child(argvs: list[list[str]], files: Sequence[tuple[BinaryIO, BinaryIO]], status: BinaryIO) -> None:
     """In the forked child: become ``python -m gaplens ARGV`` for each argv in turn, outputs on its files.
 
     Exit statuses and times go to ``status`` as they happen (one JSON line per command),
@@ -144,7 +145,8 @@ def _child(argvs: list[list[str]], files: list[tuple[BinaryIO, BinaryIO]], statu
     """
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    enc, errors = sys.__stdout__.encoding, sys.__stdout__.errors  # as the interpreter chose them
+    real = sys.__stdout__
+    enc, errors = (real.encoding, real.errors) if real is not None else ("utf-8", "strict")  # as Python chose
     from gaplens.tui.cli import main
 
     code = 0

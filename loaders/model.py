@@ -376,11 +376,11 @@ def build_trace(
     start_ns = np.asarray(start_ns, dtype=np.int64)
     end_ns = np.array(end_ns, dtype=np.int64)  # a copy: the boundary clamps it in place
     keep = check_events(start_ns, end_ns, repairs)
-    cols = [lane, name_id, kind, corr, nbytes, detail_id, corr_scope]
     if not keep.all():
         start_ns, end_ns = start_ns[keep], end_ns[keep]
-        cols = [None if c is None else np.asarray(c)[keep] for c in cols]
-    lane, name_id, kind, corr, nbytes, detail_id, corr_scope = cols
+        lane, name_id, kind = np.asarray(lane)[keep], np.asarray(name_id)[keep], np.asarray(kind)[keep]
+        corr, nbytes, detail_id = np.asarray(corr)[keep], np.asarray(nbytes)[keep], np.asarray(detail_id)[keep]
+        corr_scope = None if corr_scope is None else np.asarray(corr_scope)[keep]
     lanes, lane = _used_lanes(lanes, np.asarray(lane, dtype=np.int32))
     nbytes = np.array(nbytes, dtype=np.int64)
     corr = np.array(corr, dtype=np.int64)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -239,7 +239,7 @@ class Reader:
             c.close()
         self._all.clear()
 
-    def submit(self, table: str, exprs: dict[str, Spec], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
+    def submit(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
         """Schedule a read of ``table``'s integer columns (by key) on the worker threads.
 
         Returns a function that waits for the chunks and yields int64 arrays: NULL, a
@@ -299,7 +299,7 @@ class Reader:
             with self._lock:
                 self.bad[table] = self.bad.get(table, 0) + n
 
-    def ints(self, table: str, exprs: dict[str, Spec], where: str = "") -> dict[str, np.ndarray]:
+    def ints(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
 

@@ -118,6 +118,7 @@ def int_or_none(value: object, floats: bool = True) -> int | None:
         text = text.strip()
         if len(text) > 24:
             return None
+        v: int | None
         try:
             v = int(text)
         except ValueError:

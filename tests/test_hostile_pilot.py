@@ -1,4 +1,4 @@
-"""A trace whose every string carries terminal escapes and markup walks the whole viewer: nothing reaches the terminal raw.
+"""A trace whose every string carries escapes and markup walks the whole viewer: nothing reaches the terminal raw.
 
 Every text field of the trace (event, process and thread names, the GPU name, versions,
 metadata, sync kinds, the file name itself) carries an OSC window-title change, a
