@@ -316,6 +316,10 @@ NSYS_BYTES: dict[str, Callable[[bytes], bytes]] = {
     "sqlite_truncated": lambda b: b[: len(b) // 3],
     "sqlite_header_only": lambda b: b[:100],
     "sqlite_corrupt_pages": lambda b: b[:4096] + bytes(x ^ 0xA5 for x in b[4096:12288]) + b[12288:],
+    # The schema text itself damaged: SQLite's error message then quotes bytes that are not UTF-8.
+    "sqlite_schema_not_utf8": lambda b: b.replace(
+        b"CREATE TABLE StringIds (", b"CREATE TABLE StringIds \x93\xdd\xea", 1
+    ),
     "sqlite_gzip_then_junk": lambda b: gzip.compress(b) + b"\x1b]0;junk\x07",
     "sqlite_gzip_truncated": lambda b: gzip.compress(b)[:5000],
 }

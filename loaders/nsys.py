@@ -51,6 +51,11 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
         return _load(reader, path, progress)
     except sqlite3.Error as exc:
         raise TraceError(_sql_message(path, exc)) from None
+    except UnicodeDecodeError as exc:
+        # SQLite's own message quoted bytes of the file that are not UTF-8 ("malformed database
+        # schema (...) near ..."), and Python failed to decode the message itself.
+        raw = exc.object if isinstance(exc.object, bytes) else b""
+        raise TraceError(_sql_message(path, sqlite3.DatabaseError(raw.decode("utf-8", "replace")))) from None
     finally:
         reader.close()
 
