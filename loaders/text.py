@@ -22,7 +22,6 @@ _SEQUENCE = re.compile(
 # What is left: single control characters, lone surrogates, bidi overrides, line separators.
 _SINGLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 _ANY = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\u2028\u2029]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _single(m: re.Match[str]) -> str:
@@ -59,7 +58,3 @@ def shorten(value: object, limit: int = 80) -> str:
     text = clean_text(value)
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
-
-def has_surrogates(text: str) -> bool:
-    """True when ``text`` cannot be encoded as UTF-8 (it holds lone surrogates)."""
-    return _SURROGATE.search(text) is not None

@@ -90,7 +90,7 @@ def _decimal(value: object) -> Decimal | None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             return None
-        d = Decimal(value)
+        d = Decimal(repr(value))  # the shortest text that reads back as this float, as written
     elif isinstance(value, str | bytes):
         text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
         text = text.strip().strip('"')
