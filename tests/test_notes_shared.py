@@ -136,3 +136,27 @@ def test_temps_of_a_killed_writer_are_swept_on_the_next_save(trace_copy: Path) -
     store.save(notes)
     assert not orphan.exists()
     assert [n.text for n in NotesStore(trace_copy).load().notes] == ["x"]
+
+
+def test_two_viewer_windows_on_one_trace(trace_copy: Path) -> None:
+    """Two apps on one trace, each pinning notes: both keep all, and the second window shows the first's."""
+    import asyncio
+
+    from gaplens.tui.app import make_app
+    from tests.test_protocol_pilot import _ready
+
+    a, b = make_app(str(trace_copy)), make_app(str(trace_copy))
+
+    async def main() -> None:
+        async with a.run_test(size=(120, 40)) as pa, b.run_test(size=(120, 40)) as pb:
+            await _ready(a, pa)
+            await _ready(b, pb)
+            await pa.press("b", *"from window A", "enter")
+            await pb.press("b", *"from window B", "enter")
+            await pa.press("l", "l", "b", *"A again", "enter")
+            assert sorted(n.text for n in b.notes.notes) == ["from window A", "from window B"]
+            assert sorted(n.text for n in a.notes.notes) == ["A again", "from window A", "from window B"]
+
+    asyncio.run(main())
+    saved = NotesStore(trace_copy).load()
+    assert sorted(n.text for n in saved.notes) == ["A again", "from window A", "from window B"]

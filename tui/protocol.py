@@ -125,6 +125,7 @@ class ProtocolApp(App[int]):
             return
         for panel in self.query(NotesPanel):
             panel.show(self.notes)
+        self._apply_phases()  # a save merges what other windows marked too
 
     # ---- protocol mode ---------------------------------------------------------
     async def action_protocol(self) -> None:
