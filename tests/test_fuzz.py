@@ -19,10 +19,12 @@ def test_mutators_are_seeded_and_vary(tmp_path) -> None:
 
 
 def test_brief_fuzz_run_finds_no_crash_hang_or_blowup(tmp_path) -> None:
-    tally, base = fuzz(40, seed=random.Random().randrange(1 << 30), workers=2, keep=tmp_path / "kept", progress=False)
+    seed = random.Random().randrange(1 << 30)  # a new corner each run; the seed reproduces it
+    tally, base = fuzz(40, seed=seed, workers=2, keep=tmp_path / "kept", progress=False)
     lines = report(tally, base, 0.0)
     assert tally.inputs == 40 and tally.runs == 120
-    assert not tally.crashes and not tally.hangs and not tally.blowups, "\n".join(lines)
+    why = f"python -m bench.fuzz --inputs 40 --seed {seed}\n" + "\n".join(lines)
+    assert not tally.crashes and not tally.hangs and not tally.blowups, why
     # The mutations reach the loaders' repairs and refusals, not only the happy path.
     kinds = {kind for (_, kind) in tally.outcomes}
     assert "0+warning" in kinds or "2" in kinds, lines
