@@ -17,6 +17,7 @@ a control character on stdout/stderr, or more than one line with exit 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import gzip
 import random
@@ -295,9 +296,14 @@ def fuzz(
                     path.unlink()
                     if i % 200 == k:  # the trace cache grows by one entry per input
                         for old in (work / "cache" / "traces").glob("*"):
-                            old.unlink()
+                            with contextlib.suppress(OSError):  # the other worker's child may be writing it
+                                old.unlink()
                     if progress and i % 1000 == 0 and i:
-                        print(f"  {i:,} inputs, {sum(tally.crashes.values())} crashes, {tally.hangs} hangs", flush=True)
+                        print(
+                            f"  {i:,} inputs, {sum(tally.crashes.values())} crashes, {tally.hangs} hangs,"
+                            f" {tally.blowups} blow-ups, peak RSS {tally.peak_rss_mb:,.0f} MB",
+                            flush=True,
+                        )
 
             with ThreadPoolExecutor(workers) as pool:
                 list(pool.map(worker, range(workers)))
