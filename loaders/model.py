@@ -15,7 +15,7 @@ from enum import IntEnum
 import numpy as np
 
 from gaplens.loaders.text import clean_text, shorten
-from gaplens.loaders.validate import Repairs, check_columns, check_events, clean_meta
+from gaplens.loaders.validate import Repairs, check_columns, check_events, clean_meta, clean_texts
 
 
 class Kind(IntEnum):
@@ -385,6 +385,7 @@ def build_trace(
     nbytes = np.array(nbytes, dtype=np.int64)
     corr = np.array(corr, dtype=np.int64)
     check_columns(nbytes, corr, repairs)
+    names, details = clean_texts(names, repairs), clean_texts(details, repairs)
     if repairs:
         meta.warnings.append(repairs.line())
     clean_meta(meta)
@@ -422,8 +423,8 @@ def build_trace(
     return Trace(
         meta=meta,
         lanes=lanes,
-        names=[clean_text(s) for s in names],
-        details=[clean_text(s) for s in details],
+        names=names,
+        details=details,
         lane=lane,
         depth=depth,
         start_ns=start_ns,

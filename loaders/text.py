@@ -57,4 +57,3 @@ def shorten(value: object, limit: int = 80) -> str:
     """Clean one-line text cut to ``limit`` characters (with an ellipsis), for error messages."""
     text = clean_text(value)
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
-

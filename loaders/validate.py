@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from gaplens.loaders.text import shorten
+from gaplens.loaders.text import clean_text, shorten
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -224,6 +224,14 @@ def check_columns(nbytes: np.ndarray, corr: np.ndarray, repairs: Repairs) -> Non
         repairs.add("byte counts out of range set to 0", int(bad.sum()))
         nbytes[bad] = 0
     corr[corr < 0] = -1
+
+
+def clean_texts(texts: list[str], repairs: Repairs) -> list[str]:
+    """Every text through ``clean_text``; how many it had to change is counted."""
+    out = [clean_text(t) for t in texts]
+    changed = sum(a != b for a, b in zip(texts, out, strict=True))
+    repairs.add("names or details with control characters, escapes or invalid text cleaned", changed)
+    return out
 
 
 # ---- metadata ---------------------------------------------------------------------
