@@ -81,7 +81,8 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         raise TraceError(f"{path}: an SQLite database, but not an Nsight Systems export (no nsys tables)")
     kv = read_meta(con, schema)
     warnings: list[str] = []
-    ctx = Context(reader, schema, read_strings(con, schema), Interner(), Interner(""), warnings)
+    repairs = Repairs()
+    ctx = Context(reader, schema, read_strings(con, schema, repairs), Interner(), Interner(""), warnings, repairs)
 
     got: dict[str, Part | None] = {}
     readers: dict[str, PartReader] = {
@@ -114,7 +115,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     _close_open_ranges(ev, ctx)
 
     lanes, lane_of = _lanes(ev)
-    meta = _meta(path, kv, con, schema, got, ev, lanes, nvtx_threads, warnings)
+    meta = _meta(path, kv, con, schema, got, ev, lanes, nvtx_threads, warnings, ctx.repairs)
     trace = build_trace(
         meta,
         lanes,
@@ -206,6 +207,7 @@ def _meta(
     lanes: list[Lane],
     nvtx_threads: dict[tuple[int, int], str],
     warnings: list[str],
+    repairs: Repairs,
 ) -> Meta:
     product = kv.get("EXPORT_PRODUCT_VERSION", "?")
     version = kv.get("EXPORT_SCHEMA_VERSION", "?")
@@ -222,6 +224,8 @@ def _meta(
     if not normalized and schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         epoch = None if not row or isinstance(row[0], bool) else int_or_none(row[0], floats=False)
+        if row and row[0] is not None and epoch is None:
+            repairs.note("utcEpochNs is not an integer: wall-clock times unknown")
         if epoch is not None:
             # Wall clock of a stored time t: utc_epoch_ns + t - time_shift_ns.
             meta.extra["utc_epoch_ns"] = epoch
@@ -249,7 +253,7 @@ def _meta(
     if "gpu" in meta.lacks and "cuda_api" in meta.lacks:
         warnings.append("CPU-only capture: no CUDA tables, only host-side rows are shown")
 
-    meta.devices = _devices(con, schema, lanes)
+    meta.devices = _devices(con, schema, lanes, repairs)
     pids = {ln.pid for ln in lanes if ln.kind in _HOST_LANES}
     gpu = np.isin(ev.lane_kind, [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
     pids |= {int(p) for p in np.unique((ev.scope[gpu] >> 24) & 0xFFFFFF).tolist() if p}
@@ -264,7 +268,7 @@ def _meta(
     return meta
 
 
-def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list[Device]:
+def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane], repairs: Repairs) -> list[Device]:
     """GPUs that own events; TARGET_INFO_GPU also lists idle GPUs of the node."""
     used = sorted({ln.device for ln in lanes if ln.is_gpu})
     info: dict[int, dict] = {}
@@ -273,7 +277,9 @@ def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list
         for row in con.execute("SELECT " + ", ".join(f'"{c}"' for c in cols) + " FROM TARGET_INFO_GPU"):
             rec = dict(zip(cols, row, strict=True))
             gpu = None if isinstance(rec.get("id"), bool) else int_or_none(rec.get("id"), floats=False)
-            if gpu is not None:
+            if gpu is None:
+                repairs.add("TARGET_INFO_GPU rows with an id that is not an integer ignored")
+            else:
                 info.setdefault(gpu, {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
     return [Device(d, str(info.get(d, {}).get("name") or f"GPU {d}"), info.get(d, {})) for d in used]
 

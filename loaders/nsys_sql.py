@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.loaders.nsys_files import connect
-from gaplens.loaders.validate import INT64_MAX, INT64_MIN, int_or_none
+from gaplens.loaders.validate import INT64_MAX, INT64_MIN, Repairs, int_or_none
 
 #: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
 NULL = int(np.iinfo(np.int64).min) + 1
@@ -304,15 +304,20 @@ class Reader:
         return self.submit(table, exprs, where)()
 
 
-def read_strings(con: sqlite3.Connection, schema: Schema) -> dict[int, str]:
-    """StringIds as {id: text}; rows whose id is not an integer are left out."""
+def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:
+    """StringIds as {id: text}; rows whose id is not an integer are left out (and counted)."""
     if not schema.has("StringIds", "id") or not schema.has("StringIds", "value"):
         return {}
     out: dict[int, str] = {}
+    bad = 0
     for i, v in con.execute("SELECT id, value FROM StringIds"):
         sid = int_or_none(i, floats=False) if not isinstance(i, bool) else None
-        if sid is not None:
+        if sid is None:
+            bad += 1
+        else:
             out[sid] = v if isinstance(v, str) else ("" if v is None else _text(v))
+    if repairs is not None:
+        repairs.add("StringIds rows with an id that is not an integer ignored", bad)
     return out
 
 
