@@ -1,28 +1,33 @@
 """The annotations store: step answers, pinned notes, marked phases and the chosen experiment.
 
 Saved as ``<trace>.gaplens.json`` beside the trace, or in the user's state directory
-when the trace's folder is not writable. Writes are atomic (temp file in the same
-folder, fsync, ``os.replace``), so a crash mid-write leaves the previous file whole.
-A store is keyed to the trace's content by a fingerprint; a file written for other
-content, or one that does not parse, is ignored with a warning and never crashes.
+when the trace's folder is not writable. Writes are atomic and durable
+(``loaders.files.atomic_write``), so a crash mid-write leaves the previous file whole.
+Two windows on one trace share the file: a save takes a lock, re-reads the file and
+merges (``notes_merge``), so neither window's notes are lost. A store is keyed to the
+trace's content by a fingerprint; a file written for other content, or one that does
+not parse, is ignored with a warning and never crashes.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
-import json
 import os
-import tempfile
+import secrets
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import orjson
 
+from gaplens.analysis.notes_merge import merge
 from gaplens.analysis.words import STEP_TITLES
-from gaplens.loaders.model import clean_name
+from gaplens.loaders.files import atomic_write, locked, remove_stale_temps
+from gaplens.loaders.text import clean_text, shorten
+from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none, loose_json
 
 SCHEMA = "gaplens-notes"
 VERSION = 1
@@ -44,9 +49,12 @@ def fingerprint(path: str | os.PathLike) -> str:
     return f"fp1:{size}:{h.hexdigest()}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Note:
-    """A note pinned to a time (``event_name`` empty) or to an event (re-found by name and start)."""
+    """A note pinned to a time (``event_name`` empty) or to an event (re-found by name and start).
+
+    Frozen: an edit makes a new Note, so a snapshot of the list is a snapshot of the notes.
+    """
 
     id: int
     text: str
@@ -54,13 +62,14 @@ class Note:
     end_ns: int | None = None
     event_name: str = ""
     lane_name: str = ""
+    uid: str = field(default_factory=lambda: secrets.token_hex(8))  # the same note in every window
 
     @property
     def pinned_to_event(self) -> bool:
         return bool(self.event_name)
 
 
-@dataclass
+@dataclass(frozen=True)
 class MarkedPhase:
     """A range the user marked, or a trace phase the user renamed (``original`` set)."""
 
@@ -99,8 +108,8 @@ class Notes:
         return note
 
     def edit_note(self, note_id: int, text: str) -> Note:
-        note = self.note(note_id)
-        note.text = _text(text)
+        note = dataclasses.replace(self.note(note_id), text=_text(text))
+        self.notes = [note if n.id == note_id else n for n in self.notes]
         return note
 
     def delete_note(self, note_id: int) -> None:
@@ -138,6 +147,19 @@ class Notes:
     # ---- (de)serialising --------------------------------------------------
     def to_dict(self) -> dict:
         return {
+            **self._document(),
+            "notes": [_fields(n) for n in self.notes],
+            "phases": [_fields(p) for p in self.phases],
+        }
+
+    def to_json(self) -> bytes:
+        """The stored file: ``to_dict`` as indented JSON (orjson writes the frozen notes itself, fast)."""
+        return orjson.dumps(
+            {**self._document(), "notes": self.notes, "phases": self.phases}, option=orjson.OPT_INDENT_2
+        )
+
+    def _document(self) -> dict:
+        return {
             "schema": SCHEMA,
             "version": VERSION,
             "fingerprint": self.fingerprint,
@@ -145,54 +167,85 @@ class Notes:
             "origin_ns": self.origin_ns,
             "saved_at": self.saved_at,
             "answers": {str(k): v for k, v in sorted(self.answers.items())},
-            "notes": [asdict(n) for n in self.notes],
-            "phases": [asdict(p) for p in self.phases],
             "experiment": self.experiment,
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> Notes:
-        """Parse a stored dict; raises ValueError on anything that is not our schema."""
+    def from_dict(cls, data: dict, memo: dict | None = None) -> Notes:
+        """Parse a stored dict; raises ValueError on anything that is not our schema.
+
+        ``memo`` (raw fields → Note) spares re-cleaning the notes a store has read
+        before: a save re-reads the whole file.
+        """
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             raise ValueError("not a gaplens notes file")
-        if int(data.get("version", 0)) > VERSION:
+        version = int_or_none(data.get("version", 0), floats=False)
+        if version is None or version > VERSION:
             raise ValueError(f"written by a newer gaplens (notes version {data.get('version')})")
         try:
             answers = {int(k): _text(v) for k, v in dict(data.get("answers") or {}).items() if int(k) in STEP_TITLES}
-            notes = [
-                Note(
-                    int(n["id"]),
-                    _text(n.get("text", "")),
-                    int(n["start_ns"]),
-                    None if n.get("end_ns") is None else int(n["end_ns"]),
-                    _text(n.get("event_name", "")),
-                    _text(n.get("lane_name", "")),
-                )
-                for n in data.get("notes") or []
-            ]
+            notes = [_note(n, memo) for n in data.get("notes") or []]
             phases = [
-                MarkedPhase(_text(p["name"]), int(p["start_ns"]), int(p["end_ns"]), _text(p.get("original", "")))
+                MarkedPhase(_text(p["name"]), _int(p["start_ns"]), _int(p["end_ns"]), _text(p.get("original", "")))
                 for p in data.get("phases") or []
             ]
             return cls(
                 fingerprint=str(data.get("fingerprint", "")),
                 trace_name=_text(data.get("trace_name", "")),
-                origin_ns=int(data.get("origin_ns") or 0),
+                origin_ns=_int(data.get("origin_ns") or 0),
                 answers=answers,
                 notes=notes,
                 phases=phases,
                 experiment=_text(data.get("experiment", "")),
                 saved_at=float(data.get("saved_at") or 0.0),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed notes file ({type(exc).__name__}: {exc})") from None
 
 
+def _note(raw: dict, memo: dict | None) -> Note:
+    """One stored note, cleaned (or found in ``memo`` when these exact raw fields were seen)."""
+    try:
+        key = tuple(raw.items())
+        hit = memo.get(key) if memo is not None else None
+    except (TypeError, AttributeError):  # not a dict, or unhashable fields: parsed (and rejected) below
+        key, hit, memo = (), None, None
+    if hit is not None:
+        return hit
+    note = Note(
+        _int(raw["id"]),
+        _text(raw.get("text", "")),
+        _int(raw["start_ns"]),
+        None if raw.get("end_ns") is None else _int(raw["end_ns"]),
+        _text(raw.get("event_name", "")),
+        _text(raw.get("lane_name", "")),
+        # Files from before uids: id and start do not change when a note is edited.
+        _text(raw.get("uid") or f"legacy:{raw['id']}:{raw['start_ns']}"),
+    )
+    if memo is not None:
+        if len(memo) > 100_000:
+            memo.clear()
+        memo[key] = note
+    return note
+
+
+def _fields(obj: Note | MarkedPhase) -> dict:
+    """A flat dataclass as a dict (``asdict`` deep-copies, which costs on every save)."""
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
+
+
+def _int(value: object) -> int:
+    """A stored time or id: an int64, else the file is malformed."""
+    v = None if isinstance(value, bool) else int_or_none(value, floats=False)
+    if v is None or abs(v) > TIME_LIMIT_NS:
+        raise ValueError(f"not a usable integer: {shorten(value, 40)}")
+    return v
+
+
 def _text(value: object) -> str:
-    """Stored text is untrusted on the way back in: strip controls, cap the length."""
+    """Stored text is untrusted on the way back in: the one sanitiser (newlines kept), length capped."""
     text = value if isinstance(value, str) else ("" if value is None else str(value))
-    # Keep newlines in answers; drop every other control character.
-    return "\n".join(clean_name(line) for line in text[:_MAX_TEXT].splitlines()).strip()
+    return clean_text(text[:_MAX_TEXT], keep_newlines=True).strip()
 
 
 # ---- where the file lives ----------------------------------------------------
@@ -242,6 +295,8 @@ class NotesStore:
         self._writable = writable
         self.path: Path | None = None  # where the last load found / save wrote the notes
         self._unreadable: set[Path] = set()
+        self._base: Notes | None = None  # the file as this window last read or wrote it
+        self._memo: dict = {}  # raw stored fields → parsed Note
 
     def _warn(self, msg: str) -> None:
         self.warnings.append(msg)
@@ -260,10 +315,13 @@ class NotesStore:
                 found.append((path, notes))
         if not found:
             self.path = None
-            return self._fresh()
-        # Saved in both places (the folder became writable again): the newer one wins.
-        self.path, best = max(found, key=lambda pn: pn[1].saved_at)
-        return self._rebase(best)
+            notes = self._fresh()
+        else:
+            # Saved in both places (the folder became writable again): the newer one wins.
+            self.path, best = max(found, key=lambda pn: pn[1].saved_at)
+            notes = self._rebase(best)
+        self._base = _snapshot(notes)
+        return notes
 
     def _read(self, path: Path) -> Notes | None:
         try:
@@ -274,7 +332,10 @@ class NotesStore:
             self._warn(f"cannot read notes {path}: {exc.strerror or exc}")
             return None
         try:
-            notes = Notes.from_dict(json.loads(raw))
+            data = loose_json(raw)
+            if not isinstance(data, dict):
+                raise ValueError("not a gaplens notes file")
+            notes = Notes.from_dict(data, self._memo)
         except (ValueError, UnicodeDecodeError) as exc:
             self._unreadable.add(path)
             self._warn(f"ignoring notes file {path}: {str(exc).splitlines()[0][:120]}")
@@ -292,22 +353,28 @@ class NotesStore:
         """Times are relative to the loader's origin; shift them if the origin moved."""
         shift = notes.origin_ns - self.origin_ns
         if shift and notes.origin_ns and self.origin_ns:
-            for n in notes.notes:
-                n.start_ns += shift
-                n.end_ns = None if n.end_ns is None else n.end_ns + shift
-            for p in notes.phases:
-                p.start_ns += shift
-                p.end_ns += shift
+            notes.notes = [
+                dataclasses.replace(
+                    n, start_ns=n.start_ns + shift, end_ns=None if n.end_ns is None else n.end_ns + shift
+                )
+                for n in notes.notes
+            ]
+            notes.phases = [
+                dataclasses.replace(p, start_ns=p.start_ns + shift, end_ns=p.end_ns + shift) for p in notes.phases
+            ]
             notes.origin_ns = self.origin_ns
         return notes
 
     def save(self, notes: Notes) -> Path:
-        """Write atomically beside the trace, else in the state dir; returns where it went."""
+        """Merge into the saved file and write it, beside the trace or else in the state dir.
+
+        Under the file's lock: re-read what other windows saved, apply this window's
+        changes since it last read or wrote (``notes_merge``), write atomically. ``notes``
+        is updated in place to the merged whole. Returns where it went.
+        """
         notes.fingerprint = self.fingerprint
         notes.trace_name = notes.trace_name or self.trace_path.name
         notes.origin_ns = notes.origin_ns or self.origin_ns
-        notes.saved_at = time.time()
-        data = json.dumps(notes.to_dict(), indent=2, ensure_ascii=False).encode()
         beside, fallback = self.candidates()
         targets = [beside] if self._writable(beside.parent) else []
         targets.append(fallback)
@@ -316,51 +383,48 @@ class NotesStore:
             try:
                 if target == fallback:
                     target.parent.mkdir(parents=True, exist_ok=True)
-                if target in self._unreadable and target.exists():
-                    # Keep what we could not read rather than silently overwrite it.
-                    os.replace(target, target.with_name(target.name + ".bak"))
-                    self._unreadable.discard(target)
-                atomic_write(target, data)
-                _remove_stale_temps(target)
+                with locked(target):
+                    merged = self._merged(target, notes)
+                    merged.saved_at = time.time()
+                    data = merged.to_json()
+                    if target in self._unreadable and target.exists():
+                        # Keep what we could not read rather than silently overwrite it.
+                        os.replace(target, target.with_name(target.name + ".bak"))
+                        self._unreadable.discard(target)
+                    remove_stale_temps(target, age_s=0)  # the lock is ours: no live writer owns them
+                    atomic_write(target, data, durable=True)
             except OSError as exc:
                 last_error = exc
                 continue
+            _adopt(notes, merged)
+            self._base = _snapshot(merged)
             if target == fallback and self.path != fallback:
                 self._warn(f"{beside.parent} is not writable: notes saved in {fallback}")
             self.path = target
             return target
         raise OSError(f"cannot save notes: {last_error}")
 
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, fsync, rename over: readers see the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        # Make the rename itself durable; not possible on every platform.
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    def _merged(self, target: Path, notes: Notes) -> Notes:
+        """``notes`` merged into what ``target`` holds now (just ``notes`` when it holds nothing usable)."""
+        theirs = self._read(target) if target not in self._unreadable else None
+        if theirs is None:
+            return _snapshot(notes)
+        base = self._base if self._base is not None else self._fresh()
+        return merge(base, notes, self._rebase(theirs))
 
 
-def _remove_stale_temps(path: Path, age_s: float = 60.0) -> None:
-    """Temp files left by a writer that was killed; young ones may belong to a live writer."""
-    now = time.time()
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > age_s:
-                tmp.unlink()
+def _snapshot(notes: Notes) -> Notes:
+    """A copy that later edits of ``notes`` do not reach (notes and phases are frozen: lists suffice)."""
+    return dataclasses.replace(notes, answers=dict(notes.answers), notes=list(notes.notes), phases=list(notes.phases))
+
+
+def _adopt(notes: Notes, merged: Notes) -> None:
+    """Make ``notes`` (the object a window holds) the merged whole, in place."""
+    notes.answers = dict(merged.answers)
+    notes.notes = list(merged.notes)
+    notes.phases = list(merged.phases)
+    notes.experiment = merged.experiment
+    notes.saved_at = merged.saved_at
 
 
 # ---- re-attaching to the trace ------------------------------------------------

@@ -154,12 +154,14 @@ def _launching_threads(trace: Trace) -> dict[int, set[tuple[int, int]]]:
     has = calls >= 0
     dev = trace.device_of_event()[ops[has]]
     lane = trace.lane[calls[has]].astype(np.int64)
-    # (device, lane) pairs without sorting a million rows: a small 2-D presence table.
-    seen = np.zeros((max(len(trace.meta.devices), int(dev.max()) + 1 if dev.size else 1), len(trace.lanes)), bool)
-    seen[dev, lane] = True
+    # (device, lane) pairs without sorting a million rows: a small presence table over dense device codes.
+    ids = np.unique(np.asarray([ln.device for ln in trace.lanes if ln.device >= 0] or [0], np.int64))
+    code = np.minimum(np.searchsorted(ids, dev), ids.size - 1)
+    seen = np.zeros((ids.size, len(trace.lanes)), bool)
+    seen[code, lane] = True
     return {
-        int(d): {(trace.lanes[int(ln)].pid, trace.lanes[int(ln)].tid) for ln in np.flatnonzero(seen[d]).tolist()}
-        for d in np.flatnonzero(seen.any(axis=1)).tolist()
+        int(ids[k]): {(trace.lanes[int(ln)].pid, trace.lanes[int(ln)].tid) for ln in np.flatnonzero(seen[k]).tolist()}
+        for k in np.flatnonzero(seen.any(axis=1)).tolist()
     }
 
 

@@ -47,12 +47,20 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
     if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
         from gaplens.loaders.nsys import load_nsys
 
-        return load_nsys(path, progress)
+        return _require_events(path, load_nsys(path, progress))
     if not head:
         raise TraceError(f"{path}: the file is empty")
-    from gaplens.loaders.kineto import load_kineto, require_events
+    from gaplens.loaders.kineto import load_kineto
 
-    return require_events(load_kineto(path, progress, stats))
+    return _require_events(path, load_kineto(path, progress, stats))
+
+
+def _require_events(path: str, trace: Trace) -> Trace:
+    """A trace with no duration event left is unusable; say what the loader dropped on the way."""
+    if len(trace):
+        return trace
+    why = "; ".join(trace.meta.warnings) or "empty traceEvents"
+    raise TraceError(f"{path}: the trace holds no duration events ({why})")
 
 
 def _gunzipped_head(head: bytes) -> bytes:

@@ -2,7 +2,7 @@
 
 Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
 ``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
-and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (temp file + ``os.replace``) and a
+and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (``files.atomic_write``) and a
 token shared by the two files catches a pair torn by concurrent writers. Anything
 odd on reading (stale, corrupt, another version) is a miss, never an error. The
 trace file itself is never touched.
@@ -10,12 +10,10 @@ trace file itself is never touched.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import os
 import secrets
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gaplens.loaders.columns import view
-from gaplens.loaders.files import cache_dir
+from gaplens.loaders.files import atomic_write, cache_dir
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
 VERSION = 1  # bump when the entry layout changes; loader code changes are caught by _code_stamp
@@ -81,8 +79,8 @@ def store(path: str, trace: Trace) -> bool:
         info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
         arrays = [_arrow(getattr(trace, c)) for c in COLUMNS]
         table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
-        _atomic(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
-        _atomic(base.with_suffix(".json"), lambda fh: fh.write(info))
+        atomic_write(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
+        atomic_write(base.with_suffix(".json"), info)
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
@@ -97,18 +95,6 @@ def _arrow(column: np.ndarray) -> pa.Array:
 def _write_ipc(fh, table: pa.Table) -> None:
     with ipc.new_file(fh, table.schema) as writer:
         writer.write_table(table)
-
-
-def _atomic(target: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _describe(trace: Trace) -> dict:

@@ -1,28 +1,63 @@
-"""File access shared by the loaders: one-line errors, streamed gunzip, and the cache folder.
+"""File access shared by the loaders: regular files only, one-line errors, streamed gunzip, atomic writes.
 
 Streaming keeps the peak memory near one block instead of the whole decompressed
-document (Kineto files decompress 10-15x).
+document (Kineto files decompress 10-15x). A FIFO, a device or a socket passed as a
+trace is refused before anything blocks on it. ``atomic_write`` is the one way
+gaplens writes a file (notes, exports, the caches): readers see the old file or the
+new one, never half of one, and temp files left by a killed writer are swept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
+import secrets
+import stat
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from gaplens.loaders.model import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
+UTF8_BOM = b"\xef\xbb\xbf"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The one progress callback of every loader: ``progress(stage, fraction in [0, 1])``.
 Progress = Callable[[str, float], None]
 
 
+def open_regular(path: str) -> BinaryIO:
+    """Open a regular file for reading; anything else (FIFO, device, socket, folder) is a TraceError.
+
+    The open itself does not block: a FIFO with no writer would otherwise hang ``open()``.
+    """
+    with os_errors(path):
+        _require_regular(path, os.stat(path).st_mode)  # a socket cannot even be opened
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+    try:
+        _require_regular(path, os.fstat(fd).st_mode)  # what was opened, in case the path changed
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _require_regular(path: str, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        raise TraceError(f"{path}: not a regular file (a pipe, device or socket), refused")
+
+
 def read_head(path: str, size: int = -1) -> bytes:
-    """The first ``size`` bytes of a file (all when -1), OS errors turned into TraceErrors."""
-    with os_errors(path), open(path, "rb") as fh:
+    """The first ``size`` bytes of a regular file (all when -1), OS errors turned into TraceErrors."""
+    with open_regular(path) as fh, os_errors(path):
         return fh.read(size)
 
 
@@ -67,14 +102,15 @@ class Source:
         self._reported = -1.0
 
     def chunks(self) -> Iterator[bytes]:
-        with os_errors(self.path), open(self.path, "rb") as fh:
+        """The decompressed bytes in blocks; a UTF-8 byte-order mark at the start is dropped."""
+        with open_regular(self.path) as fh, os_errors(self.path):
             first = fh.read(READ_SIZE)
             if not first:
                 raise TraceError(f"{self.path}: the file is empty")
-            if not first.startswith(GZIP_MAGIC):
-                yield from self._plain(fh, first)
-            else:
-                yield from self._gunzip(fh, first)
+            blocks = self._plain(fh, first) if not first.startswith(GZIP_MAGIC) else self._gunzip(fh, first)
+            head = next(blocks, b"")
+            yield head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
+            yield from blocks
 
     def _tick(self, n: int) -> None:
         self.read += n
@@ -98,17 +134,28 @@ class Source:
         block = first
         while block:
             self._tick(len(block))
+            out = b""
             try:
                 out = d.decompress(block)
                 while d.eof and d.unused_data:
                     # Concatenated gzip members: continue with a fresh decompressor.
                     rest = d.unused_data
+                    if not rest.startswith(GZIP_MAGIC):
+                        # A whole member, then bytes that are not gzip: keep the member, say so.
+                        junk = len(rest) + (self.size - self.read)
+                        self.warnings.append(f"{junk} bytes after the gzip data are not gzip: ignored")
+                        if out:
+                            yield out
+                        return
                     d = zlib.decompressobj(wbits=47)
                     out += d.decompress(rest)
             except zlib.error as exc:
+                out_total += len(out)
                 if not out_total:
                     raise TraceError(f"{self.path}: corrupt gzip data ({exc})") from None
                 self.warnings.append(f"corrupt gzip data after {out_total} bytes: the rest is dropped")
+                if out:
+                    yield out
                 return
             if out:
                 out_total += len(out)
@@ -122,3 +169,84 @@ class Source:
             if not out_total:
                 raise TraceError(f"{self.path}: truncated gzip data, nothing could be decompressed")
             self.warnings.append(f"the gzip stream is truncated after {out_total} bytes: the rest is dropped")
+
+
+# ---- writing ----------------------------------------------------------------------
+
+Writer = Callable[[BinaryIO], object]
+STALE_TEMP_S = 3600.0  # a temp file this old belongs to a writer that died
+
+
+def temp_name(target: Path) -> Path:
+    """A fresh temp path beside ``target``: ``.<name>.<random>.tmp`` (hidden, recognisable)."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+
+
+def atomic_write(target: str | os.PathLike, data: bytes | Writer, durable: bool = False) -> Path:
+    """Write ``data`` (bytes, or a function writing to a binary file) to ``target`` atomically.
+
+    A temp file in the same folder is renamed over the target, so a reader (or a
+    crash) sees the old file or the new one. ``durable`` also fsyncs the file and the
+    folder, for the user's own words (notes); caches skip it. The temp file is removed
+    on any failure; temps of writers killed long ago are swept after a success.
+    """
+    target = Path(target)
+    tmp = temp_name(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o644)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if isinstance(data, bytes | bytearray | memoryview):
+                fh.write(data)
+            else:
+                data(fh)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        with contextlib.suppress(OSError):  # make the rename itself durable; not possible everywhere
+            dfd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+    remove_stale_temps(target)
+    return target
+
+
+def remove_stale_temps(target: Path, age_s: float = STALE_TEMP_S) -> int:
+    """Remove temp files of ``target`` older than ``age_s`` (0: all of them); returns how many."""
+    now = time.time()
+    gone = 0
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime >= age_s:
+                tmp.unlink()
+                gone += 1
+    return gone
+
+
+@contextlib.contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock for ``target`` (``flock`` on a hidden ``.<name>.lock`` beside it).
+
+    Writers that read, merge and replace a shared file take it, so two of them never
+    interleave. The lock dies with its process: a killed writer never blocks the next.
+    Where ``fcntl`` does not exist, this is a no-op.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    lock = target.with_name(f".{target.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock

@@ -10,9 +10,9 @@ boundaries, so each block starts outside any string and needs no carried state.
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
 from gaplens.loaders.model import TraceError
+from gaplens.loaders.validate import loose_json
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True
@@ -229,12 +229,12 @@ def top_level(prefix: bytes, trailer: bytes, bare: bool, warnings: list[str], tr
     if bare:
         return {"__bare_array__": True}
     try:
-        doc = orjson.loads(prefix + b"[" + (b"" if truncated else b"]") + trailer)
-    except orjson.JSONDecodeError:
+        doc = loose_json(prefix + b"[" + (b"" if truncated else b"]") + trailer)
+    except ValueError:
         if not truncated:
             warnings.append("damaged JSON after traceEvents: keys written after the events are ignored")
         try:
-            doc = orjson.loads(prefix + b"[]}")
-        except orjson.JSONDecodeError:
+            doc = loose_json(prefix + b"[]}")
+        except ValueError:
             raise TraceError("not valid JSON before traceEvents: not a readable trace") from None
     return doc if isinstance(doc, dict) else {}

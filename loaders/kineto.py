@@ -34,7 +34,7 @@ from gaplens.loaders import heap
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Progress, Source
 from gaplens.loaders.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
-from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Context, Dims, as_int, from_arrow, schema, twin
+from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Context, Dims, from_arrow, schema, twin
 from gaplens.loaders.kineto_dims import find_dims
 from gaplens.loaders.kineto_slow import from_lines
 from gaplens.loaders.model import (
@@ -48,6 +48,7 @@ from gaplens.loaders.model import (
     TraceError,
     build_columns,
 )
+from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs, saturating_end
 
 BLOCK_SIZE = 1 << 20  # bytes of JSON per Arrow parse: stays in the CPU caches
 WORKERS = 2  # parse threads; with the gunzip thread and this one, enough for a few cores
@@ -204,15 +205,11 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
         if damage:
             raise TraceError(f"{path}: damaged before its first event ({damage})")
         raise TraceError(f"{path}: the trace holds no events (empty traceEvents)")
-    warnings = [damage] if damage else []
-    if ctx.malformed:
-        warnings.append(f"{ctx.malformed} malformed events skipped")
-    if ctx.bad_time:
-        warnings.append(f"{ctx.bad_time} events with missing or negative ts/dur clamped to 0")
+    repairs = kineto_repairs(damage, ctx.malformed, ctx.bad_start, ctx.bad_time)
     if progress is not None:
         progress("building", 0.0)
     heap.trim()  # the parse threads' buffers, before the columns are joined
-    return _build(ctx, blocks_out, blocks.top, Meta(source_format="kineto", path=path, warnings=warnings))
+    return _build(ctx, blocks_out, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
 
 
 def _read_all(
@@ -274,7 +271,7 @@ def _settle(reader: _Reader, piece: Piece, parsed: _Parsed, ctx: Context, stats:
     return from_arrow(ctx, parsed.batch, parsed.dims, parsed.scale)
 
 
-def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
+def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Repairs) -> Trace:
     for key, value in top.items():
         if key not in ("traceEvents", "deviceProperties") and not isinstance(value, dict | list):
             meta.extra[key] = value
@@ -302,8 +299,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
     start = cat("start", np.int64)
     start += base
-    end = cat("dur", np.int64)
-    end += start
+    end = saturating_end(start, cat("dur", np.int64))
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
@@ -326,7 +322,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta) -> Trace:
     del start, end, kind
     blocks.clear()
     heap.trim()  # the joined blocks, before the sort
-    return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols)
+    return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols, repairs)
 
 
 def _lacks(kind: np.ndarray) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,7 @@ from gaplens.loaders.columns import (
 )
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
+from gaplens.loaders.validate import TIME_LIMIT_NS, as_int, int_or_none
 
 # cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
 CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {
@@ -125,46 +126,12 @@ def memcpy_kind(name: str) -> Kind:
     return Kind.MEMCPY_OTHER
 
 
-def as_int(value, default: int) -> int:
-    """An int from a JSON value that may be an int, a float or a numeric string."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float | Decimal):
-        return int(value)
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return default
-    return default
-
-
 def stream_of(tid) -> int:
-    """Stream number from a tid: ``7`` or ``"stream 7"``."""
+    """Stream number from a tid: ``7`` or ``"stream 7"`` (0 when it is not an int64)."""
     if isinstance(tid, int):
-        return tid
-    m = _DIGITS.search(str(tid))
-    return int(m.group(0)) if m else 0
-
-
-def time_ns(value) -> int | None:
-    """µs (int, Decimal or numeric string) to integer ns, truncated like Decimal → int."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value * 1000
-    if isinstance(value, Decimal):
-        return int(value * 1000) if value.is_finite() else None
-    if isinstance(value, str | bytes):
-        text = value.decode() if isinstance(value, bytes) else value
-        text = text.strip().strip('"')
-        try:
-            return int(Decimal(text) * 1000)
-        except (InvalidOperation, ValueError):
-            return None
-    if isinstance(value, float):
-        return round(value * 1000)
-    return None
+        return as_int(tid, 0)
+    m = _DIGITS.search(str(tid)[:200])
+    return as_int(m.group(0), 0) if m else 0
 
 
 def number_text(value) -> str:
@@ -198,18 +165,16 @@ class Context:
     processes: dict[int, str] = field(default_factory=dict)
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     unknown: dict[str, int] = field(default_factory=dict)
-    bad_time: int = 0
+    bad_time: int = 0  # events kept with an unusable dur (set to 0)
+    bad_start: int = 0  # events skipped: no usable ts
     malformed: int = 0
 
     def host_id(self, value) -> int:
-        """Stable int for a pid/tid that may be an int, a numeric string or a name."""
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        text = str(value)
-        try:
-            return int(text.strip())
-        except ValueError:
-            return self.named_ids.setdefault(text, -1000 - len(self.named_ids))
+        """Stable int for a pid/tid that may be an int, a numeric string or a name (or a number past int64)."""
+        num = None if isinstance(value, bool) else int_or_none(value, floats=False)
+        if num is not None:
+            return num
+        return self.named_ids.setdefault(str(value)[:200], -1000 - len(self.named_ids))
 
     def code(self, table: dict[str, int], values: list[str]) -> np.ndarray:
         return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
@@ -286,7 +251,9 @@ def _time(arr: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
         import pyarrow.compute as pc  # only for writers that print more than 3 fraction digits
 
         arr = pc.cast(arr, pa.decimal128(38, 3), safe=False)
-    return decimal_units(arr)
+    ns, ok = decimal_units(arr)
+    ok &= np.abs(ns) <= TIME_LIMIT_NS  # the boundary's range: never wrap past int64 later
+    return ns, ok
 
 
 def _twin_of(parent: pa.StructArray, key: str) -> pa.Array | None:
@@ -335,7 +302,8 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
     bad_start = keep & ~start_ok
     keep &= start_ok
     bad_dur = keep & (~dur_ok | (dur < 0))
-    ctx.bad_time += int(bad_start.sum()) + int(bad_dur.sum())
+    ctx.bad_start += int(bad_start.sum())
+    ctx.bad_time += int(bad_dur.sum())
     rows = np.flatnonzero(keep)
     if rows.size == 0:
         return Block.empty()

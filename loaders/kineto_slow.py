@@ -24,22 +24,21 @@ from gaplens.loaders.kineto_cols import (
     Block,
     Context,
     _metadata,
-    as_int,
     kernel_detail,
     lane_codes,
     memcpy_kind,
     stream_of,
-    time_ns,
 )
 from gaplens.loaders.kineto_dims import dims_text
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
+from gaplens.loaders.validate import as_int, time_ns
 
 
 def _decode(line: bytes) -> dict | None:
     try:
         ev = json.loads(line.decode("utf-8", "replace"), parse_float=Decimal)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         return None
     return ev if isinstance(ev, dict) else None
 
@@ -73,7 +72,7 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
         kind, lk = spec
         start = time_ns(ev.get("ts"))
         if start is None:
-            ctx.bad_time += 1
+            ctx.bad_start += 1
             continue
         dur = time_ns(ev.get("dur"))
         if dur is None or dur < 0:

@@ -7,14 +7,17 @@ visible window on any row is two binary searches away.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
-import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from gaplens.loaders.text import clean_text, shorten
+from gaplens.loaders.validate import Repairs, check_columns, check_events, clean_meta, clean_texts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -121,17 +124,15 @@ class Meta:
     extra: dict = field(default_factory=dict)  # format-specific facts (versions, env)
 
 
-# C0 and C1 controls, DEL, and the lone ESC-introduced sequences they start.
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|[\x00-\x1f\x7f-\x9f]")
-
-
-def clean_name(text: str) -> str:
-    """Strip terminal control characters and escape sequences from an untrusted name."""
-    return _CONTROL.sub("", text) if _CONTROL.search(text) else text
+#: The one sanitiser (``loaders.text``), under the name the viewer has always used.
+clean_name = clean_text
 
 
 class TraceError(Exception):
-    """Unusable input; the message is one line meant for the user."""
+    """Unusable input; the message is one clean line meant for the user (trace text in it is sanitised)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(shorten(message, 600))
 
 
 @dataclass(repr=False)
@@ -418,6 +419,7 @@ def build_trace(
     nbytes: np.ndarray,
     detail_id: np.ndarray,
     corr_scope: np.ndarray | None = None,
+    repairs: Repairs | None = None,
 ) -> Trace:
     """Sort, pack depths, index rows and link launches; times are absolute ns on input.
 
@@ -438,7 +440,7 @@ def build_trace(
         "scope": corr_scope,
     }
     del lane, start_ns, end_ns, name_id, kind, corr, nbytes, detail_id, corr_scope
-    return build_columns(meta, lanes, names, details, cols)
+    return build_columns(meta, lanes, names, details, cols, repairs)
 
 
 def _event_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray, origin: int) -> np.ndarray:
@@ -476,22 +478,40 @@ def _event_order(lane: np.ndarray, start: np.ndarray, end: np.ndarray, origin: i
 _DTYPES = {"name_id": np.int32, "kind": np.int8, "corr": np.int64, "bytes": np.int64, "detail_id": np.int32}
 
 
-def build_columns(meta: Meta, lanes: list[Lane], names: list[str], details: list[str], cols: dict) -> Trace:
+def build_columns(
+    meta: Meta, lanes: list[Lane], names: list[str], details: list[str], cols: dict, repairs: Repairs | None = None
+) -> Trace:
     """``build_trace`` on a dict of columns (keys as in ``build_trace``'s body), emptied as it goes.
 
+    Every column passes the typed boundary (``loaders.validate``) first; what it skips or
+    clamps joins ``repairs``, which becomes one warning line, and the metadata is sanitised.
     A load's peak memory is here: the order is found on three columns, then every
     column is gathered once into its final place and its input dropped, so the peak
     holds the inputs, one order and a few temporaries rather than several copies.
     """
+    repairs = Repairs() if repairs is None else repairs
     start = np.asarray(cols.pop("start"), dtype=np.int64)
     end = np.array(cols.pop("end"), dtype=np.int64, copy=None)
     if not end.flags.writeable:
         end = end.copy()
-    np.maximum(end, start, out=end)
+    keep = check_events(start, end, repairs)  # clamps end in place
+    if not keep.all():
+        start, end = start[keep], end[keep]
+        for key in ("lane", *_DTYPES, "scope"):
+            if cols.get(key) is not None:
+                cols[key] = np.asarray(cols[key])[keep]
+    lanes, cols["lane"] = _used_lanes(lanes, np.asarray(cols["lane"], dtype=np.int32))
+    cols["bytes"] = np.array(cols["bytes"], dtype=np.int64)
+    cols["corr"] = np.array(cols["corr"], dtype=np.int64)
+    check_columns(cols["bytes"], cols["corr"], repairs)
+    names, details = clean_texts(names, repairs), clean_texts(details, repairs)
+    if repairs:
+        meta.warnings.append(repairs.line())
+    clean_meta(meta)
     n = int(start.size)
     origin = int(start.min()) if n else 0
     meta.origin_ns = origin
-    lane = np.asarray(cols.pop("lane"), dtype=np.int32)
+    lane = cols.pop("lane")
     order = _event_order(lane, start, end, origin)
     lane_s = lane[order]
     del lane
@@ -540,8 +560,8 @@ def build_columns(meta: Meta, lanes: list[Lane], names: list[str], details: list
     return Trace(
         meta=meta,
         lanes=lanes,
-        names=[clean_name(s) for s in names],
-        details=[clean_name(s) for s in details],
+        names=names,
+        details=details,
         lane=lane,
         depth=depth,
         start_ns=start_ns,
@@ -557,6 +577,19 @@ def build_columns(meta: Meta, lanes: list[Lane], names: list[str], details: list
         row_offsets=row_offsets,
         row_maxend=row_maxend,
     )
+
+
+def _used_lanes(lanes: list[Lane], lane: np.ndarray) -> tuple[list[Lane], np.ndarray]:
+    """Lanes that kept events (the boundary may have skipped all of a lane's), renumbered densely."""
+    if not lanes:
+        return lanes, lane
+    used = np.zeros(len(lanes), bool)
+    used[lane] = True
+    if used.all():
+        return lanes, lane
+    remap = np.cumsum(used, dtype=np.int32) - 1
+    kept = [dataclasses.replace(ln, id=int(remap[ln.id])) for ln in lanes if used[ln.id]]
+    return kept, remap[lane]
 
 
 def running_max_per_row(end_ns: np.ndarray, row_offsets: np.ndarray) -> np.ndarray:

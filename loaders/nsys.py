@@ -33,7 +33,9 @@ from gaplens.loaders.nsys_cuda import (
 from gaplens.loaders.nsys_files import resolve, sqlite_uri
 from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
-from gaplens.loaders.nsys_sql import Reader, Schema, read_meta, read_strings
+from gaplens.loaders.nsys_sql import NULL, Reader, Schema, read_meta, read_strings
+from gaplens.loaders.text import shorten
+from gaplens.loaders.validate import Repairs, check_events, int_or_none
 
 # Tables that only an nsys export has; one of them must be present.
 _NSYS_TABLES = ("StringIds", RUNTIME, KERNEL, NVTX, "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME", "ThreadNames")
@@ -49,12 +51,18 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
         return _load(reader, path, progress)
     except sqlite3.Error as exc:
         raise TraceError(_sql_message(path, exc)) from None
+    except UnicodeDecodeError as exc:
+        # SQLite's own message quoted bytes of the file that are not UTF-8 ("malformed database
+        # schema (...) near ..."), and Python failed to decode the message itself.
+        raw = exc.object if isinstance(exc.object, bytes) else b""
+        raise TraceError(_sql_message(path, sqlite3.DatabaseError(raw.decode("utf-8", "replace")))) from None
     finally:
         reader.close()
 
 
 def _sql_message(path: str, exc: sqlite3.Error) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    """One line; SQLite's own text can quote the file's bytes, so it is sanitised and shortened."""
+    text = shorten(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, 160)
     if "not a database" in text:
         return f"{path}: not a readable SQLite database (corrupt, or not an nsys export)"
     if "malformed" in text:
@@ -73,7 +81,8 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         raise TraceError(f"{path}: an SQLite database, but not an Nsight Systems export (no nsys tables)")
     kv = read_meta(con, schema)
     warnings: list[str] = []
-    ctx = Context(reader, schema, read_strings(con, schema), Interner(), Interner(""), warnings)
+    repairs = Repairs()
+    ctx = Context(reader, schema, read_strings(con, schema, repairs), Interner(), Interner(""), warnings, repairs)
 
     got: dict[str, Part | None] = {}
     readers: dict[str, PartReader] = {
@@ -90,19 +99,28 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     heap.trim()  # the reading threads' text buffers
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
-    parts = [p for p in got.values() if p is not None and len(p)]
+    parts = [_usable_rows(label, p, ctx.repairs) for label, p in got.items() if p is not None and len(p)]
+    for table, n in reader.bad.items():
+        ctx.repairs.add(f"non-integer or out-of-range values in {table} read as missing", n)
+    parts = [p for p in parts if len(p)]
     if not parts:
-        raise TraceError(f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)")
+        why = ctx.repairs.line()
+        raise TraceError(
+            f"{path}: the nsys export holds no events (no CUDA, NVTX or OS runtime rows)" + (f" ({why})" if why else "")
+        )
     if progress is not None:
         progress("building", 0.9)
     counts = {label: len(part) if part is not None else 0 for label, part in got.items()}
     ev = Part.concat(parts)
     del parts
     got.clear()
+    keep = check_events(ev.start, ev.end, ctx.repairs, open_end=ev.end == OPEN_END)
+    if not keep.all():
+        ev = ev.take(keep)
     _close_open_ranges(ev, ctx)
 
     lanes, lane_of = _lanes(ev)
-    meta = _meta(path, kv, con, schema, counts, ev, lanes, nvtx_threads, warnings)
+    meta = _meta(path, kv, con, schema, counts, ev, lanes, nvtx_threads, warnings, ctx.repairs)
     # The builder drops each column once it is sorted into place: hand it the only references.
     cols = {
         "lane": lane_of,
@@ -117,7 +135,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     }
     del ev, lane_of
     heap.trim()
-    trace = build_columns(meta, lanes, ctx.names.values(), ctx.details.values(), cols)
+    trace = build_columns(meta, lanes, ctx.names.values(), ctx.details.values(), cols, ctx.repairs)
     if progress is not None:
         progress("done", 1.0)
     return trace
@@ -148,6 +166,20 @@ def _run_readers(
             raise RuntimeError(f"table reader {label} asked for a second query")
 
 
+def _usable_rows(label: str, part: Part, repairs: Repairs) -> Part:
+    """Rows with a usable start; a missing end is an open range for NVTX, a zero-length event elsewhere."""
+    no_start = part.start == NULL
+    if no_start.any():
+        repairs.add(f"{label} rows without a usable start skipped", int(no_start.sum()))
+        part = part.take(~no_start)
+    if label != "NVTX":
+        no_end = part.end == NULL
+        if no_end.any():
+            repairs.add(f"{label} rows without a usable end drawn with length 0", int(no_end.sum()))
+            part.end[no_end] = part.start[no_end]
+    return part
+
+
 def _close_open_ranges(ev: Part, ctx: Context) -> None:
     """NVTX ranges with a NULL end run to the end of the trace."""
     open_ = ev.end == OPEN_END
@@ -155,7 +187,7 @@ def _close_open_ranges(ev: Part, ctx: Context) -> None:
         closed = ev.end[~open_]
         trace_end = max(int(ev.start.max()), int(closed.max()) if closed.size else int(ev.start.max()))
         ev.end[open_] = trace_end
-        ctx.warnings.append(f"{int(open_.sum())} NVTX ranges have no end; drawn open until the end of the trace")
+        ctx.repairs.add("NVTX ranges with no end drawn open until the end of the trace", int(open_.sum()))
 
 
 def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
@@ -179,6 +211,7 @@ def _meta(
     lanes: list[Lane],
     nvtx_threads: dict[tuple[int, int], str],
     warnings: list[str],
+    repairs: Repairs,
 ) -> Meta:
     product = kv.get("EXPORT_PRODUCT_VERSION", "?")
     version = kv.get("EXPORT_SCHEMA_VERSION", "?")
@@ -186,14 +219,20 @@ def _meta(
     meta.extra = {
         "export": {k: v for k, v in kv.items() if k.startswith(("EXPORT_PARAM_", "EXPORT_PRODUCT", "EXPORT_SCHEMA"))},
     }
-    normalized = kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true"
+    normalized = kv.get("EXPORT_PARAM_TIME_NORMALIZE", "false").strip().lower() == "true"
     meta.extra["time_base"] = "utc_epoch" if normalized else "session_start"
-    meta.extra["time_shift_ns"] = int(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0)
+    shift = int_or_none(kv.get("EXPORT_PARAM_TIME_SHIFT", "0") or 0, floats=False)
+    if shift is None:
+        warnings.append("EXPORT_PARAM_TIME_SHIFT is not an integer: taken as 0")
+    meta.extra["time_shift_ns"] = shift or 0
     if not normalized and schema.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         row = con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-        if row and row[0] is not None:
+        epoch = None if not row or isinstance(row[0], bool) else int_or_none(row[0], floats=False)
+        if row and row[0] is not None and epoch is None:
+            repairs.note("utcEpochNs is not an integer: wall-clock times unknown")
+        if epoch is not None:
             # Wall clock of a stored time t: utc_epoch_ns + t - time_shift_ns.
-            meta.extra["utc_epoch_ns"] = int(row[0])
+            meta.extra["utc_epoch_ns"] = epoch
     if kv.get("EXPORT_PARAM_TABLES_TO_EXPORT") or kv.get("EXPORT_PARAM_TIMES_TO_EXPORT"):
         warnings.append("filtered export (--tables/--times): some launches or GPU work may be missing their partners")
 
@@ -218,7 +257,7 @@ def _meta(
     if "gpu" in meta.lacks and "cuda_api" in meta.lacks:
         warnings.append("CPU-only capture: no CUDA tables, only host-side rows are shown")
 
-    meta.devices = _devices(con, schema, lanes)
+    meta.devices = _devices(con, schema, lanes, repairs)
     pids = {ln.pid for ln in lanes if ln.kind in _HOST_LANES}
     gpu = np.isin(ev.lane_kind, [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
     pids |= {int(p) for p in np.unique((ev.scope[gpu] >> 24) & 0xFFFFFF).tolist() if p}
@@ -233,7 +272,7 @@ def _meta(
     return meta
 
 
-def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list[Device]:
+def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane], repairs: Repairs) -> list[Device]:
     """GPUs that own events; TARGET_INFO_GPU also lists idle GPUs of the node."""
     used = sorted({ln.device for ln in lanes if ln.is_gpu})
     info: dict[int, dict] = {}
@@ -241,8 +280,11 @@ def _devices(con: sqlite3.Connection, schema: Schema, lanes: list[Lane]) -> list
         cols = [c for c in schema.columns["TARGET_INFO_GPU"] if c not in ("ctxswDevPath", "ctrlDevPath")]
         for row in con.execute("SELECT " + ", ".join(f'"{c}"' for c in cols) + " FROM TARGET_INFO_GPU"):
             rec = dict(zip(cols, row, strict=True))
-            if rec.get("id") is not None:
-                info.setdefault(int(rec["id"]), {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
+            gpu = None if isinstance(rec.get("id"), bool) else int_or_none(rec.get("id"), floats=False)
+            if gpu is None:
+                repairs.add("TARGET_INFO_GPU rows with an id that is not an integer ignored")
+            else:
+                info.setdefault(gpu, {k: v for k, v in rec.items() if isinstance(v, int | float | str)})
     return [Device(d, str(info.get(d, {}).get("name") or f"GPU {d}"), info.get(d, {})) for d in used]
 
 
@@ -250,9 +292,10 @@ def _process_names(con: sqlite3.Connection, schema: Schema, pids: set[int]) -> d
     out: dict[int, str] = {}
     if schema.has("PROCESSES", "globalPid") and pids:
         for gpid, name in con.execute("SELECT globalPid, name FROM PROCESSES"):
+            gpid = int_or_none(gpid, floats=False) if not isinstance(gpid, bool) else None
             if gpid is None:
                 continue
-            pid = (int(gpid) >> 24) & 0xFFFFFF
+            pid = (gpid >> 24) & 0xFFFFFF
             if pid in pids and name:
                 out.setdefault(pid, str(name))
     return out
@@ -263,9 +306,10 @@ def _thread_names(con: sqlite3.Connection, schema: Schema, threads: set[tuple[in
     if schema.has("ThreadNames", "globalTid") and schema.has("StringIds") and threads:
         sql = "SELECT t.globalTid, s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId"
         for gtid, name in con.execute(sql):
+            gtid = int_or_none(gtid, floats=False) if not isinstance(gtid, bool) else None
             if gtid is None or not name:
                 continue
-            key = ((int(gtid) >> 24) & 0xFFFFFF, int(gtid) & 0xFFFFFF)
+            key = ((gtid >> 24) & 0xFFFFFF, gtid & 0xFFFFFF)
             if key in threads:
                 out.setdefault(key, str(name))
     return out
@@ -280,7 +324,10 @@ def _streams(con: sqlite3.Connection, schema: Schema) -> list[dict]:
     extra = ", ".join(schema.col(t, c) for c in ("priority", "flag", "processId"))
     sql = f"SELECT streamId, {extra} FROM {t}"
     for sid, prio, flag, pid in con.execute(sql):
-        if prio is not None and prio >= 1 << 31:
+        prio = int_or_none(prio, floats=False) if not isinstance(prio, bool) else None
+        if prio is not None and (1 << 31) <= prio < (1 << 32):
             prio -= 1 << 32
         out.append({"stream": sid, "priority": prio, "flag": flag, "pid": pid})
+        if len(out) >= 10_000:  # a fact for the details panel, not a table to copy whole
+            break
     return out

@@ -12,13 +12,20 @@ import numpy as np
 
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
-from gaplens.loaders.nsys_sql import NULL, read_enum
+from gaplens.loaders.nsys_sql import NULL, Columns, Int, read_enum
 from gaplens.loaders.syncs import sync_detail
+from gaplens.loaders.validate import MAX_BYTES, TIME_LIMIT_NS
 
-#: A table reader: yields one (table, {key: SQL expression}, where) request, is sent the
+#: A table reader: yields one (table, {key: integer column}, where) request, is sent the
 #: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
 #: before any result is awaited, so both cores fetch even when every table is small.
-PartReader = Generator[tuple[str, dict[str, str], str], dict[str, np.ndarray], "Part | None"]
+PartReader = Generator[tuple[str, dict[str, Int], str], dict[str, np.ndarray], "Part | None"]
+
+# Ranges of the guarded columns: what the packings below and the lane keys can hold.
+ID31 = (1 << 31) - 1  # StringIds ids (two are packed into one integer)
+CORR = (1 << 39) - 1  # correlation ids (keyed with 24 process bits)
+DEVICE = (1 << 24) - 2  # lane keys keep 24 bits of device
+STREAM = 1 << 32
 
 RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
 KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -64,23 +71,30 @@ _SYNC_BY_API = (
 )
 
 
-def _ifnull0(ctx: Context, table: str, column: str) -> str:
-    return f"ifnull({ctx.schema.col(table, column)}, 0)"
+def _time(c: Columns) -> dict[str, Int]:
+    return {"start": c.int("start", lo=-TIME_LIMIT_NS, hi=TIME_LIMIT_NS), "end": c.int("end")}
 
 
-def _gpu_exprs(ctx: Context, table: str) -> dict[str, str]:
-    sc = ctx.schema
-    return {
-        "start": '"start"',
-        "end": '"end"',
-        "lane": f"{_ifnull0(ctx, table, 'deviceId')} * 8589934592 + {_ifnull0(ctx, table, 'streamId')}",
-        "corr": sc.col(table, "correlationId"),
-        "pid": sc.col(table, "globalPid"),
+def _gpu_exprs(c: Columns) -> dict[str, Int]:
+    return _time(c) | {
+        "dev": c.int("deviceId", lo=0, hi=DEVICE),
+        "stream": c.int("streamId", lo=0, hi=STREAM),
+        "corr": c.int("correlationId", lo=0, hi=CORR),
+        "pid": c.int("globalPid"),
     }
 
 
+def _request(c: Columns, exprs: dict[str, Int], where: str = "") -> tuple[str, dict[str, Int], str]:
+    return c.table, exprs, where
+
+
+def _z(col: np.ndarray) -> np.ndarray:
+    """NULL read as 0."""
+    return np.where(col == NULL, 0, col)
+
+
 def _unpack_lane(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    cols["dev"], cols["stream"] = cols["lane"] >> 33, cols["lane"] & ((1 << 33) - 1)
+    cols["dev"], cols["stream"] = _z(cols["dev"]), _z(cols["stream"])
     return cols
 
 
@@ -94,21 +108,17 @@ def _scope(cols: dict[str, np.ndarray]) -> np.ndarray:
 
 def read_api(ctx: Context) -> PartReader:
     """Runtime and driver calls (one table, told apart by eventClass), backtrace duplicates dropped."""
-    if not ctx.schema.has(RUNTIME):
+    c = Columns(ctx.schema, RUNTIME)
+    if not _usable(ctx, c):
         return None
-    sc = ctx.schema
-    where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if sc.has(RUNTIME, "eventClass") else ""
-    cols = yield (
-        RUNTIME,
-        {
-            "start": '"start"',
-            "end": '"end"',
-            "tid": _ifnull0(ctx, RUNTIME, "globalTid"),
-            "corr": sc.col(RUNTIME, "correlationId"),
-            "name": sc.col(RUNTIME, "nameId"),
-        },
-        where,
-    )
+    where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if c.has("eventClass") else ""
+    exprs = _time(c) | {
+        "tid": c.int("globalTid"),
+        "corr": c.int("correlationId", lo=0, hi=CORR),
+        "name": c.int("nameId", lo=0, hi=ID31),
+    }
+    cols = yield _request(c, exprs, where)
+    cols["tid"] = _z(cols["tid"])
     pid, tid = split_tid(cols["tid"])
     name = ctx.names.map_ids(cols["name"], lambda s: api_display_name(ctx.string(s)), "CUDA API")
     raw = ctx.details.map_ids(cols["name"], lambda s: _raw_if_suffixed(ctx.string(s)))
@@ -131,25 +141,32 @@ def _raw_if_suffixed(raw: str) -> str:
 
 
 def read_kernels(ctx: Context) -> PartReader:
-    if not ctx.schema.has(KERNEL):
+    c = Columns(ctx.schema, KERNEL)
+    if not _usable(ctx, c):
         return None
-    t, sc = KERNEL, ctx.schema
-
-    def z(c: str) -> str:
-        return _ifnull0(ctx, t, c)
-
-    short, dem = sc.col(t, "shortName", "demangledName"), sc.col(t, "demangledName", "shortName")
-    exprs = _gpu_exprs(ctx, t) | {
-        # Both string ids in one integer: fewer columns to format and parse (ids < 2**31).
-        "names": f"ifnull({dem}, {short}) * 2147483648 + ifnull({short}, {dem})",
-        # Launch geometry packed into three exact integers, unpacked once per distinct value.
-        "grid": f"{z('gridX')} * 4294967296 + {z('gridY')} * 65536 + {z('gridZ')}",
-        "block": f"(({z('blockX')} * 2048 + {z('blockY')}) * 2048 + {z('blockZ')}) * 1024 + {z('registersPerThread')}",
-        "smem": f"{z('staticSharedMemory')} * 16777216 + {z('dynamicSharedMemory')}",
+    g16, b11 = {"lo": 0, "hi": 65535}, {"lo": 0, "hi": 2047}
+    exprs = _gpu_exprs(c) | {
+        "short": c.int("shortName", "demangledName", lo=0, hi=ID31),
+        "dem": c.int("demangledName", "shortName", lo=0, hi=ID31),
+        "gx": c.int("gridX", lo=0, hi=ID31),
+        "gy": c.int("gridY", **g16),
+        "gz": c.int("gridZ", **g16),
+        "bx": c.int("blockX", **b11),
+        "by": c.int("blockY", **b11),
+        "bz": c.int("blockZ", **b11),
+        "regs": c.int("registersPerThread", lo=0, hi=1023),
+        "ss": c.int("staticSharedMemory", lo=0, hi=1 << 38),
+        "ds": c.int("dynamicSharedMemory", lo=0, hi=(1 << 24) - 1),
     }
-    cols = _unpack_lane((yield t, exprs, ""))
-    cols["dem"] = np.where(cols["names"] == NULL, -1, cols["names"] >> 31)
-    name = ctx.names.map_ids(np.where(cols["names"] == NULL, -1, cols["names"] & 0x7FFFFFFF), ctx.string, "kernel")
+    cols = _unpack_lane((yield _request(c, exprs)))
+    short = np.where(cols["short"] == NULL, cols["dem"], cols["short"])
+    cols["dem"] = np.where(cols["dem"] == NULL, np.where(short == NULL, -1, short), cols["dem"])
+    name = ctx.names.map_ids(np.where(short == NULL, -1, short), ctx.string, "kernel")
+    # Launch geometry packed into three exact integers (the ranges above keep them apart),
+    # unpacked once per distinct value.
+    cols["grid"] = (_z(cols["gx"]) << 32) | (_z(cols["gy"]) << 16) | _z(cols["gz"])
+    cols["block"] = (((_z(cols["bx"]) << 11 | _z(cols["by"])) << 11 | _z(cols["bz"])) << 10) | _z(cols["regs"])
+    cols["smem"] = (_z(cols["ss"]) << 24) | _z(cols["ds"])
     detail = _kernel_details(ctx, cols)
     return Part.make(
         LaneKind.STREAM,
@@ -192,16 +209,18 @@ def _kernel_details(ctx: Context, cols: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def read_memcpy(ctx: Context) -> PartReader:
-    if not ctx.schema.has(MEMCPY):
+    c = Columns(ctx.schema, MEMCPY)
+    if not _usable(ctx, c):
         return None
-    t, sc = MEMCPY, ctx.schema
+    sc = ctx.schema
     extra = {
-        "bytes": _ifnull0(ctx, t, "bytes"),
-        "copy": _ifnull0(ctx, t, "copyKind"),
-        "src": sc.col(t, "srcKind"),
-        "dst": sc.col(t, "dstKind"),
+        "bytes": c.int("bytes", lo=0, hi=MAX_BYTES),
+        "copy": c.int("copyKind", lo=0, hi=255),
+        "src": c.int("srcKind", lo=0, hi=254),
+        "dst": c.int("dstKind", lo=0, hi=254),
     }
-    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    cols = _unpack_lane((yield _request(c, _gpu_exprs(c) | extra)))
+    cols["bytes"], cols["copy"] = _z(cols["bytes"]), _z(cols["copy"])
     opers = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEMCPY_OPER")
     mems = read_enum(ctx.reader.con(), sc, "ENUM_CUDA_MEM_KIND")
     src = np.where(cols["src"] == NULL, 255, cols["src"] & 255)
@@ -235,11 +254,12 @@ def read_memcpy(ctx: Context) -> PartReader:
 
 
 def read_memset(ctx: Context) -> PartReader:
-    if not ctx.schema.has(MEMSET):
+    c = Columns(ctx.schema, MEMSET)
+    if not _usable(ctx, c):
         return None
-    t = MEMSET
-    extra = {"bytes": _ifnull0(ctx, t, "bytes"), "mem": ctx.schema.col(t, "memKind")}
-    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    extra = {"bytes": c.int("bytes", lo=0, hi=MAX_BYTES), "mem": c.int("memKind", lo=0, hi=255)}
+    cols = _unpack_lane((yield _request(c, _gpu_exprs(c) | extra)))
+    cols["bytes"] = _z(cols["bytes"])
     mems = read_enum(ctx.reader.con(), ctx.schema, "ENUM_CUDA_MEM_KIND")
     name = ctx.names.map_ids(cols["mem"], lambda m: f"Memset ({mems.get(m, 'Unknown')})" if m != NULL else "Memset")
     return Part.make(
@@ -258,10 +278,10 @@ def read_memset(ctx: Context) -> PartReader:
 
 def read_graphs(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     """Whole-graph boxes (graph-level tracing); dropped where the graph's nodes were traced too."""
-    if not ctx.schema.has(GRAPH):
+    c = Columns(ctx.schema, GRAPH)
+    if not _usable(ctx, c):
         return None
-    extra = {"graph": ctx.schema.col(GRAPH, "graphId")}
-    cols = _unpack_lane((yield GRAPH, _gpu_exprs(ctx, GRAPH) | extra, ""))
+    cols = _unpack_lane((yield _request(c, _gpu_exprs(c) | {"graph": c.int("graphId")})))
     corr, scope = _corr(cols), _scope(cols)
     keep = np.ones(corr.size, bool)
     kernels = built.get("kernels")
@@ -284,11 +304,16 @@ def read_graphs(ctx: Context, built: dict[str, Part | None]) -> PartReader:
 
 def read_sync(ctx: Context, built: dict[str, Part | None]) -> PartReader:
     """GPU-side sync records on the device's sync lane, named after the API call that blocked."""
-    if not ctx.schema.has(SYNC):
+    c = Columns(ctx.schema, SYNC)
+    if not _usable(ctx, c):
         return None
-    t, sc = SYNC, ctx.schema
-    extra = {"hint": sc.col(t, "syncType"), "old": sc.col(t, "deprecatedSyncType"), "event": sc.col(t, "eventId")}
-    cols = _unpack_lane((yield t, _gpu_exprs(ctx, t) | extra, ""))
+    sc = ctx.schema
+    extra = {
+        "hint": c.int("syncType", lo=0, hi=ID31),
+        "old": c.int("deprecatedSyncType", lo=0, hi=ID31),
+        "event": c.int("eventId"),
+    }
+    cols = _unpack_lane((yield _request(c, _gpu_exprs(c) | extra)))
     hint = np.where((cols["hint"] == NULL) | (cols["hint"] == 0), cols["old"], cols["hint"])
     hint = np.where(hint == NULL, 0, np.clip(hint, 0, 15))
     corr, scope = _corr(cols), _scope(cols)
@@ -355,15 +380,14 @@ def _event_records(
     on_stream = np.full(corr.size, -1, np.int64)
     record = np.full(corr.size, -1, np.int64)
     sc = ctx.schema
-    rec = ctx.reader.ints(
-        CUDA_EVENT,
-        {
-            "pid": sc.col(CUDA_EVENT, "globalPid"),
-            "event": sc.col(CUDA_EVENT, "eventId"),
-            "stream": sc.col(CUDA_EVENT, "streamId"),
-            "corr": sc.col(CUDA_EVENT, "correlationId"),
-        },
-    )
+    c = Columns(sc, CUDA_EVENT)
+    exprs = {
+        "pid": c.int("globalPid"),
+        "event": c.int("eventId"),
+        "stream": c.int("streamId", lo=0, hi=STREAM),
+        "corr": c.int("correlationId", lo=0, hi=CORR),
+    }
+    rec = ctx.reader.ints(CUDA_EVENT, exprs)
     ok = (rec["event"] != NULL) & (rec["corr"] != NULL) & (rec["stream"] != NULL)
     if not ok.any():
         return on_stream, record
@@ -396,18 +420,26 @@ def read_overhead(ctx: Context) -> PartReader:
 
 def _thread_rows(ctx: Context, table: str, lane: LaneKind, kind: Kind, unnamed: str) -> PartReader:
     """A table of named (start, end, globalTid) rows: one lane of ``lane`` kind per thread."""
-    if not ctx.schema.has(table):
+    c = Columns(ctx.schema, table)
+    if not _usable(ctx, c):
         return None
-    exprs = {
-        "start": '"start"',
-        "end": '"end"',
-        "tid": _ifnull0(ctx, table, "globalTid"),
-        "name": ctx.schema.col(table, "nameId"),
-    }
-    cols = yield table, exprs, ""
+    exprs = _time(c) | {"tid": c.int("globalTid"), "name": c.int("nameId", lo=0, hi=ID31)}
+    cols = yield _request(c, exprs)
+    cols["tid"] = _z(cols["tid"])
     pid, tid = split_tid(cols["tid"])
     name = ctx.names.map_ids(cols["name"], ctx.string, unnamed)
     return Part.make(lane, pid, tid, cols["start"], cols["end"], name, kind)
+
+
+def _usable(ctx: Context, c: Columns) -> bool:
+    """The table is present and has its time columns; a renamed ``start`` must not read as 0."""
+    if not ctx.schema.has(c.table):
+        return False
+    missing = [col for col in ("start", "end") if not c.has(col)]
+    if missing:
+        ctx.repairs.note(f"{c.table} lacks its {' and '.join(missing)} column: its rows are not shown")
+        return False
+    return True
 
 
 def _key(scope: np.ndarray, corr: np.ndarray) -> np.ndarray:

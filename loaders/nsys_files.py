@@ -12,8 +12,9 @@ import subprocess
 import tempfile
 import urllib.parse
 from pathlib import Path
+from typing import BinaryIO
 
-from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, cache_dir, os_errors, read_head
+from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, atomic_write, cache_dir, os_errors, read_head
 from gaplens.loaders.model import TraceError
 
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
@@ -60,18 +61,16 @@ def gunzip_to_cache(path: str, progress: Progress | None = None) -> str:
     target = _writable_dir(target.parent) / target.name
     if target.exists():
         return str(target)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=target.name, suffix=".tmp")
-    try:
-        source = Source(path, progress, stage="decompressing")
-        with os_errors(path, "unpack"), os.fdopen(fd, "wb") as dst:
-            for chunk in source.chunks():
-                dst.write(chunk)
+    source = Source(path, progress, stage="decompressing")
+
+    def unpack(dst: BinaryIO) -> None:
+        for chunk in source.chunks():
+            dst.write(chunk)
         if source.warnings:  # a cut database is no database: refuse instead of guessing
             raise TraceError(f"{path}: {source.warnings[0]}; the export inside is incomplete")
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+
+    with os_errors(path, "unpack"):
+        atomic_write(target, unpack)
     _prune_stale(target)
     return str(target)
 
@@ -122,7 +121,13 @@ def connect(uri: str) -> sqlite3.Connection:
     """A read-only connection that never writes or creates anything next to the file."""
     con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
     con.execute("PRAGMA query_only = 1")
+    # Text is decoded with replacement: a byte that is not UTF-8 must not fail a whole table.
+    con.text_factory = _decode
     return con
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def resolve(path: str, progress: Progress | None = None) -> tuple[str, bool]:

@@ -13,7 +13,8 @@ import numpy as np
 
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.nsys_parts import Context, Part, process_scope, split_tid
-from gaplens.loaders.nsys_sql import NULL
+from gaplens.loaders.nsys_sql import NULL, Columns, Int
+from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none
 
 NVTX = "NVTX_EVENTS"
 MARK = 34
@@ -29,25 +30,34 @@ def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
     sc = ctx.schema
     if not sc.has(NVTX):
         return None, {}
+    c = Columns(sc, NVTX)
+    if not c.has("start", "eventType"):
+        ctx.repairs.note(f"{NVTX} lacks its start or eventType column: its rows are not shown")
+        return None, {}
     types = (MARK, *PUSH_POP, *START_END, DOMAIN_CREATE, THREAD_NAME)
-    sel = ", ".join(
-        [
-            '"start"',
-            sc.col(NVTX, "end"),
-            '"eventType"',
-            sc.col(NVTX, "globalTid"),
-            sc.col(NVTX, "endGlobalTid"),
-            sc.col(NVTX, "textId"),
-            sc.col(NVTX, "text"),
-            sc.col(NVTX, "domainId"),
-        ]
-    )
-    rows = ctx.reader.con().execute(f'SELECT {sel} FROM {NVTX} WHERE "eventType" IN {types} ORDER BY rowid').fetchall()
+    specs = [
+        c.int("start", lo=-TIME_LIMIT_NS, hi=TIME_LIMIT_NS),
+        c.int("end"),
+        c.int("eventType"),
+        c.int("globalTid"),
+        c.int("endGlobalTid"),
+        c.int("textId"),
+        Int(f"CAST({sc.col(NVTX, 'text')} AS TEXT)"),  # text, not judged as an integer
+        c.int("domainId"),
+    ]
+    sel = ", ".join(sp.sql for sp in specs)
+    raw = ctx.reader.con().execute(f'SELECT {sel} FROM {NVTX} WHERE "eventType" IN {types} ORDER BY rowid').fetchall()
+    rows, bad = _judged(raw, specs, text_column=6)
+    if bad:
+        ctx.reader.bad[NVTX] = ctx.reader.bad.get(NVTX, 0) + bad
+    usable = [r for r in rows if r[0] is not None and r[2] is not None]
+    ctx.repairs.add("NVTX rows without a usable start skipped", len(rows) - len(usable))
+    rows = usable
     if not rows:
         return None, {}
-    start, end, etype, gtid, end_gtid, text_id, text, domain = zip(*rows, strict=True)
+    start, end, etype, gtid, end_gtid, text_id, text_col, domain = zip(*rows, strict=True)
     texts = [ctx.strings.get(t, "") if t is not None else "" for t in text_id]
-    texts = [a or ("" if b is None else str(b)) for a, b in zip(texts, text, strict=True)]
+    texts = [a or ("" if b is None else str(b)) for a, b in zip(texts, text_col, strict=True)]
     gtid_a = np.array([g or 0 for g in gtid], dtype=np.int64)
     etype_a = np.array(etype, dtype=np.int64)
     scope = process_scope(gtid_a)
@@ -96,3 +106,21 @@ def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
         detail=details,
     )
     return part, thread_names
+
+
+def _judged(rows: list[tuple], specs: list[Int], text_column: int) -> tuple[list[tuple], int]:
+    """Rows with every integer column an int64 in its range or None; and how many values were not."""
+    out = []
+    bad = 0
+    for row in rows:
+        vals = list(row)
+        for j, (v, sp) in enumerate(zip(row, specs, strict=True)):
+            if j == text_column or v is None:
+                continue
+            iv = None if isinstance(v, bool | float) else int_or_none(v, floats=False)
+            if iv is None or not sp.lo <= iv <= sp.hi:
+                bad += 1
+                iv = None
+            vals[j] = iv
+        out.append(tuple(vals))
+    return out, bad

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from gaplens.loaders import columns
 from gaplens.loaders.model import LaneKind
 from gaplens.loaders.nsys_sql import Reader, Schema
+from gaplens.loaders.validate import Repairs
 
 _VERSION_SUFFIX = re.compile(r"(_v\d+)+$")
 TID_MASK = 0xFFFFFF
@@ -125,6 +126,10 @@ class Part:
     def __len__(self) -> int:
         return int(self.start.size)
 
+    def take(self, keep: np.ndarray) -> Part:
+        """The rows where ``keep`` is True."""
+        return Part(**{f: getattr(self, f)[keep] for f in Part.__dataclass_fields__})
+
     @staticmethod
     def concat(parts: list[Part]) -> Part:
         """One Part of many, field by field; each field of the parts is dropped once joined."""
@@ -146,6 +151,7 @@ class Context:
     names: Interner
     details: Interner
     warnings: list[str]
+    repairs: Repairs = field(default_factory=Repairs)
 
     def string(self, sid: int) -> str:
         return self.strings.get(sid, "")

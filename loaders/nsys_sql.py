@@ -3,6 +3,14 @@
 Integer columns are fetched as one ``group_concat`` text per column and chunk of rowids
 and parsed by numpy: SQLite formats the numbers in C, nothing is boxed per row, and
 chunks of one table run on two threads (``sqlite3`` releases the GIL while stepping).
+
+SQLite stores any type in any column, so integer columns are read uncast: a chunk in
+which some value is not an integer (text, real, blob) fails its numpy parse and is read
+row by row, where each such value reads as NULL. Values outside a column's range
+(``Int``) read as NULL too; both are counted (``Reader.bad``), never cast into a wrong
+number. A column missing from the table reads as NULL, never as the string literal
+SQLite would make of a double-quoted unknown name. Chunks follow the rowids that exist: sparse or negative
+rowids cost a walk of the table, never an allocation per possible rowid.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from gaplens.loaders.nsys_files import connect
+from gaplens.loaders.validate import INT64_MAX, INT64_MIN, Repairs, int_or_none
 
 #: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
 NULL = int(np.iinfo(np.int64).min) + 1
@@ -61,7 +70,7 @@ BUILTIN_ENUMS: dict[str, dict[int, str]] = {
     },
 }
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass
@@ -75,8 +84,9 @@ class Schema:
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
         out = cls()
         for name in names:
-            if _IDENT.match(name):
-                out.columns[name] = [r[1] for r in con.execute(f'PRAGMA table_info("{name}")')]
+            if isinstance(name, str) and IDENT.match(name):
+                cols = [r[1] for r in con.execute(f'PRAGMA table_info("{name}")')]
+                out.columns[name] = [c for c in cols if isinstance(c, str) and IDENT.match(c)]
         return out
 
     def has(self, table: str, column: str | None = None) -> bool:
@@ -91,10 +101,42 @@ class Schema:
         return "NULL"
 
 
+@dataclass(frozen=True)
+class Int:
+    """One integer column to read: its SQL (a quoted column name, or ``NULL``) and the range it may hold."""
+
+    sql: str
+    lo: int = INT64_MIN + 2  # INT64_MIN + 1 is the NULL marker
+    hi: int = INT64_MAX - 1  # numpy saturates text past int64 to INT64_MAX
+
+
+class Columns:
+    """The integer columns of one table, by name, with their ranges; absent columns read as NULL."""
+
+    def __init__(self, schema: Schema, table: str) -> None:
+        self.schema = schema
+        self.table = table
+
+    def has(self, *columns: str) -> bool:
+        return all(self.schema.has(self.table, c) for c in columns)
+
+    def int(self, *candidates: str, lo: int = INT64_MIN + 2, hi: int = INT64_MAX - 1) -> Int:
+        """The first present of ``candidates`` (columns move between versions), read in [lo, hi]."""
+        return Int(self.schema.col(self.table, *candidates), lo, hi)
+
+
+Spec = Int | str  # a bare string is SQL read with the default range
+
+
+def _spec(value: Spec) -> Int:
+    return value if isinstance(value, Int) else Int(value)
+
+
 def _parse(text: str | None, n: int) -> np.ndarray | None:
+    """The int64 values of a group_concat text, or None when any value is not a plain integer."""
     if n == 0:
         return np.empty(0, np.int64)
-    if text is None:
+    if text is None or text.endswith(","):
         return None
     try:
         arr = np.fromstring(text, dtype=np.int64, sep=",")
@@ -104,20 +146,70 @@ def _parse(text: str | None, n: int) -> np.ndarray | None:
 
 
 def _chunk_sql(table: str, exprs: Sequence[str], where: str) -> str:
-    cols = ", ".join(f"group_concat(ifnull(CAST({e} AS INTEGER), {NULL}))" for e in exprs)
+    # No CAST: a value that is not an integer (text, real, blob) fails the numpy parse of its
+    # chunk, which is then read row by row and judged value by value (``_matrix``).
+    cols = ", ".join(f"group_concat(ifnull({e}, {NULL}))" for e in exprs)
     cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
     return f'SELECT count(*), {cols} FROM "{table}" WHERE {cond}'
 
 
 def _slow_chunk(
     con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int
-) -> list[np.ndarray]:
-    """Row-by-row fallback for chunks holding values that are not plain integers."""
-    sel = ", ".join(f"ifnull(CAST({e} AS INTEGER), {NULL})" for e in exprs)
+) -> tuple[list[np.ndarray], int]:
+    """Row-by-row read of a chunk holding values that are not plain integers."""
     cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
-    rows = con.execute(f'SELECT {sel} FROM "{table}" WHERE {cond} ORDER BY rowid', (lo, hi)).fetchall()
-    mat = np.array(rows, dtype=np.int64).reshape(len(rows), len(exprs))
-    return [mat[:, j].copy() for j in range(len(exprs))]
+    rows = con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" WHERE {cond} ORDER BY rowid', (lo, hi)).fetchall()
+    return _matrix(rows, len(exprs))
+
+
+def _matrix(rows: list[tuple], width: int) -> tuple[list[np.ndarray], int]:
+    """Columns of fetched rows as int64 arrays, and how many values were not integers (read as NULL)."""
+    mat = np.full((len(rows), width), NULL, dtype=np.int64)
+    bad = 0
+    for i, row in enumerate(rows):
+        for j, v in enumerate(row):
+            if v is None:
+                continue
+            iv = None if isinstance(v, bool | float) else int_or_none(v, floats=False)
+            if iv is None:
+                bad += 1
+            else:
+                mat[i, j] = iv
+    return [mat[:, j].copy() for j in range(width)], bad
+
+
+def _in_range(col: np.ndarray, spec: Int) -> int:
+    """Values outside the spec's range become NULL, in place; returns how many."""
+    out = (col != NULL) & ((col < spec.lo) | (col > spec.hi))
+    n = int(out.sum())
+    if n:
+        col[out] = NULL
+    return n
+
+
+def chunk_bounds(con: sqlite3.Connection, table: str, lo: int, hi: int, chunk: int) -> list[tuple[int, int]]:
+    """Rowid ranges of about ``chunk`` rows each, covering [lo, hi].
+
+    Dense rowids (the usual case) give fixed-width ranges. When the spread of rowids is
+    larger than the file could hold rows (sparse, negative or huge rowids), the ranges
+    come from walking the rowids that exist, so their number follows the rows.
+    """
+    pages = con.execute("PRAGMA page_count").fetchone()[0] or 0
+    page_size = con.execute("PRAGMA page_size").fetchone()[0] or 4096
+    most_rows = max(int(pages) * int(page_size) // 2, chunk)
+    if hi - lo < most_rows:
+        return [(a, min(a + chunk - 1, hi)) for a in range(lo, hi + 1, chunk)]
+    bounds = []
+    a = lo
+    sql = f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?'
+    while a <= hi:
+        row = con.execute(sql, (a, chunk - 1)).fetchone()
+        b = hi if row is None else min(int(row[0]), hi)
+        bounds.append((a, b))
+        if b >= hi:
+            break
+        a = b + 1
+    return bounds
 
 
 class Reader:
@@ -129,6 +221,7 @@ class Reader:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self.bad: dict[str, int] = {}  # values that were not integers or out of range, per table
 
     def con(self) -> sqlite3.Connection:
         c = getattr(self._local, "con", None)
@@ -147,51 +240,57 @@ class Reader:
             c.close()
         self._all.clear()
 
-    def submit(self, table: str, exprs: dict[str, str], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
-        """Schedule a read of ``table``'s columns (SQL expressions by key) on the worker threads.
+    def submit(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
+        """Schedule a read of ``table``'s integer columns (by key) on the worker threads.
 
-        Returns a function that waits for the chunks and yields int64 arrays (NULL → ``NULL``).
-        Scheduling every table before waiting keeps both cores busy on small tables too.
+        Returns a function that waits for the chunks and yields int64 arrays: NULL, a
+        value that is not an integer and a value outside its column's range all read
+        as ``NULL``; the last two are counted in ``self.bad[table]``. Scheduling every
+        table before waiting keeps both cores busy on small tables too.
         """
-        keys, sqls = list(exprs), list(exprs.values())
+        keys = list(exprs)
+        specs = [_spec(e) for e in exprs.values()]
+        sqls = [sp.sql for sp in specs]
         con = self.con()
         try:
             lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         except sqlite3.OperationalError:  # WITHOUT ROWID table: one unchunked read
-            rows = con.execute(
-                f'SELECT {", ".join(f"ifnull(CAST({e} AS INTEGER), {NULL})" for e in sqls)} FROM "{table}"'
-                + (f" WHERE {where}" if where else "")
-            ).fetchall()
-            mat = np.array(rows, dtype=np.int64).reshape(len(rows), len(sqls))
-            out = {k: mat[:, j].copy() for j, k in enumerate(keys)}
+            rows = con.execute(f'SELECT {", ".join(sqls)} FROM "{table}"' + (f" WHERE {where}" if where else ""))
+            cols, bad = _matrix(rows.fetchall(), len(sqls))
+            self._count(table, bad + sum(_in_range(c, sp) for c, sp in zip(cols, specs, strict=True)))
+            out = dict(zip(keys, cols, strict=True))
             return lambda: out
         if lo is None:
             empty = {k: np.empty(0, np.int64) for k in keys}
             return lambda: empty
         sql = _chunk_sql(table, sqls, where)
 
-        def one(a: int) -> list[np.ndarray]:
-            b = min(a + CHUNK_ROWS - 1, int(hi))
+        def one(bounds: tuple[int, int]) -> list[np.ndarray]:
+            a, b = bounds
             c = self.con()
             row = c.execute(sql, (a, b)).fetchone()
             n = int(row[0])
             parsed = [_parse(t, n) for t in row[1:]]
             cols = [x for x in parsed if x is not None]
+            bad = 0
             if len(cols) < len(parsed):  # some value was not a plain integer
-                cols = _slow_chunk(c, table, sqls, where, a, b)
+                cols, bad = _slow_chunk(c, table, sqls, where, a, b)
+            self._count(table, bad + sum(_in_range(col, sp) for col, sp in zip(cols, specs, strict=True)))
             return cols
 
-        bounds = list(range(int(lo), int(hi) + 1, CHUNK_ROWS))
+        bounds = chunk_bounds(con, table, int(lo), int(hi), CHUNK_ROWS)
         if WORKERS < 2:
-            parts = [one(a) for a in bounds]
+            parts = [one(ab) for ab in bounds]
             futures = None
         else:
             if self._pool is None:  # one pool (and one connection per worker) for the whole load
                 self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
-            futures = [self._pool.submit(one, a) for a in bounds]
+            futures = [self._pool.submit(one, ab) for ab in bounds]
 
         def result() -> dict[str, np.ndarray]:
             got: list[list[Any]] = [list(p) for p in (parts if futures is None else (f.result() for f in futures))]
+            if not got:
+                return {k: np.empty(0, np.int64) for k in keys}
             out = {}
             for j, k in enumerate(keys):  # column by column, each chunk's column dropped once joined
                 out[k] = np.concatenate([p[j] for p in got])
@@ -201,15 +300,35 @@ class Reader:
 
         return result
 
-    def ints(self, table: str, exprs: dict[str, str], where: str = "") -> dict[str, np.ndarray]:
+    def _count(self, table: str, n: int) -> None:
+        if n:
+            with self._lock:
+                self.bad[table] = self.bad.get(table, 0) + n
+
+    def ints(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
 
 
-def read_strings(con: sqlite3.Connection, schema: Schema) -> dict[int, str]:
-    if not schema.has("StringIds"):
+def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:
+    """StringIds as {id: text}; rows whose id is not an integer are left out (and counted)."""
+    if not schema.has("StringIds", "id") or not schema.has("StringIds", "value"):
         return {}
-    return {int(i): (v if isinstance(v, str) else str(v)) for i, v in con.execute("SELECT id, value FROM StringIds")}
+    out: dict[int, str] = {}
+    bad = 0
+    for i, v in con.execute("SELECT id, value FROM StringIds"):
+        sid = int_or_none(i, floats=False) if not isinstance(i, bool) else None
+        if sid is None:
+            bad += 1
+        else:
+            out[sid] = v if isinstance(v, str) else ("" if v is None else _text(v))
+    if repairs is not None:
+        repairs.add("StringIds rows with an id that is not an integer ignored", bad)
+    return out
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def read_meta(con: sqlite3.Connection, schema: Schema) -> dict[str, str]:
@@ -218,7 +337,7 @@ def read_meta(con: sqlite3.Connection, schema: Schema) -> dict[str, str]:
     for table in ("EXPORT_META_DATA", "META_DATA_EXPORT"):
         if schema.has(table, "name") and schema.has(table, "value"):
             for name, value in con.execute(f"SELECT name, value FROM {table}"):
-                out[str(name).replace("OUTUPT", "OUTPUT")] = "" if value is None else str(value)
+                out[_text(name).replace("OUTUPT", "OUTPUT")] = "" if value is None else _text(value)
     return out
 
 
@@ -227,7 +346,10 @@ def read_enum(con: sqlite3.Connection, schema: Schema, table: str) -> dict[int, 
     values = dict(BUILTIN_ENUMS.get(table, {}))
     if schema.has(table, "id"):
         label = "label" if schema.has(table, "label") else "name"
+        if not schema.has(table, label):
+            return values
         for i, text in con.execute(f'SELECT id, "{label}" FROM {table}'):
-            if i is not None and text is not None:
-                values[int(i)] = str(text)
+            key = int_or_none(i, floats=False) if not isinstance(i, bool) else None
+            if key is not None and text is not None:
+                values[key] = _text(text)
     return values

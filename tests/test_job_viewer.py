@@ -94,9 +94,10 @@ async def _test_control_overview_has_no_straggler():
 
 
 async def _placed(app, pilot) -> None:
-    for _ in range(100):
+    """Wait until the rank timeline is placed at the straggling moment and its readings (phases) are in."""
+    for _ in range(400):
         await pilot.pause(0.05)
-        if app._placed:
+        if app._placed and app.model is not None and app.model.readings.analysed:
             return
     raise AssertionError("the rank timeline was never placed at the straggling moment")
 

@@ -27,6 +27,7 @@ from textual.worker import get_current_worker
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders import TraceError, load
 from gaplens.loaders.model import Trace, clean_name
+from gaplens.loaders.text import shorten
 from gaplens.tui.details import Details
 from gaplens.tui.finders import FinderApp
 from gaplens.tui.keys import KEYS, key_names
@@ -155,7 +156,7 @@ class GaplensApp(FinderApp, ProtocolApp):
             return
         except Exception as exc:  # an internal failure is reported, not raised through the UI
             if not worker.is_cancelled:
-                self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {exc}"))
+                self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {shorten(exc, 300)}"))
             return
         if not isinstance(self.source, TimelineModel):
             self.post_message(ModelReady(model, final=False))
@@ -164,7 +165,7 @@ class GaplensApp(FinderApp, ProtocolApp):
         try:
             self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
         except Exception as exc:
-            self.post_message(LoadFailed(f"internal error in the readings: {type(exc).__name__}: {exc}"))
+            self.post_message(LoadFailed(f"internal error in the readings: {type(exc).__name__}: {shorten(exc, 300)}"))
 
     def on_load_progress(self, msg: LoadProgress) -> None:
         if self.model is not None:
@@ -324,7 +325,7 @@ def run_app(path: str) -> int:
     finally:
         loop.close()  # does not wait for executor threads
     if app.error:
-        print(f"gaplens: {app.error}", file=sys.stderr)
+        print(f"gaplens: {shorten(app.error, 600)}", file=sys.stderr)
     if not app.loaded:
         # Quit mid-load or mid-analysis: the worker thread cannot be interrupted inside numpy or
         # SQLite, and interpreter exit would join it, seconds later. Nothing it does needs saving.

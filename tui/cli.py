@@ -13,7 +13,8 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gaplens.loaders import TraceError
-from gaplens.tui.commands.common import load_trace, print_json
+from gaplens.loaders.text import shorten
+from gaplens.tui.commands.common import clean_output, load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks")
 
@@ -100,7 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv and argv[0] in COMMANDS:
             args = build_parser().parse_args(argv)
-            return _commands()[args.command](args)
+            with clean_output():
+                return _commands()[args.command](args)
         if argv and argv[0] in ("-h", "--help"):
             build_tui_parser().print_help()
             print()
@@ -109,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_tui_parser().parse_args(argv)
         return run_tui(args.trace)
     except TraceError as exc:
-        print(f"gaplens: {exc}", file=sys.stderr)
+        print(f"gaplens: {shorten(exc, 600)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -118,5 +120,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("GAPLENS_DEBUG"):
             traceback.print_exc()
-        print(f"gaplens: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"gaplens: internal error: {type(exc).__name__}: {shorten(exc, 300)}", file=sys.stderr)
         return 1

@@ -27,6 +27,7 @@ from gaplens.analysis.phases import Phase
 from gaplens.analysis.protocol import Walkthrough
 from gaplens.analysis.report import report_markdown
 from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.text import clean_text, shorten
 from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
@@ -110,7 +111,7 @@ class ProtocolApp(App[int]):
             self.notify(f"Loaded your notes: {len(notes.notes)} notes, {len(notes.answers)} answers (B lists them)")
 
     def _warn(self, message: str) -> None:
-        self.notify(message, severity="warning", timeout=8)
+        self.notify(clean_text(message), severity="warning", timeout=8, markup=False)
 
     def _save_notes(self) -> None:
         if self.notes_store is None or self.notes is None:
@@ -118,7 +119,7 @@ class ProtocolApp(App[int]):
         try:
             self.notes_store.save(self.notes)
         except OSError as exc:
-            self.notify(f"Could not save notes: {exc}", severity="error")
+            self.notify(f"Could not save notes: {shorten(exc, 200)}", severity="error", markup=False)
 
     def _changed_notes(self) -> None:
         self._save_notes()
@@ -128,6 +129,7 @@ class ProtocolApp(App[int]):
             return
         for panel in self.query(NotesPanel):
             panel.show(self.notes)
+        self._apply_phases()  # a save merges what other windows marked too
 
     # ---- protocol mode ---------------------------------------------------------
     async def action_protocol(self) -> None:
@@ -371,7 +373,7 @@ class ProtocolApp(App[int]):
                 notes.mark_phase(name, start, end)
                 self._changed_notes()
                 self._apply_phases()
-                self.notify(f"Marked {name.strip()}: {fmt_ns(end - start)}")
+                self.notify(f"Marked {clean_text(name).strip()}: {fmt_ns(end - start)}", markup=False)
 
         self.push_screen(
             LineInput(f"Name the phase {fmt_ns(start)} – {fmt_ns(end)}", placeholder="prefill, decode, tokenize, …"),
@@ -418,15 +420,17 @@ class ProtocolApp(App[int]):
             return
         trace = self.model.trace
         try:
-            md = self.reading_markdown()
+            md = clean_text(
+                self.reading_markdown(), keep_newlines=True
+            )  # the file name is in it, and may hold anything
             folder, stem = export_place(trace.meta.path)
             md_path = folder / f"{stem}.gaplens.md"
             atomic_write(md_path, md.encode())
-            svg = self.save_screenshot(filename=f"{stem}.gaplens.svg", path=str(folder))
+            svg_path = atomic_write(folder / f"{stem}.gaplens.svg", self.export_screenshot().encode())
         except OSError as exc:
-            self.notify(f"Export failed: {exc}", severity="error")
+            self.notify(f"Export failed: {shorten(exc, 200)}", severity="error", markup=False)
             return
-        self.notify(f"Exported {md_path} and {svg}", timeout=10)
+        self.notify(clean_text(f"Exported {md_path} and {svg_path}"), timeout=10, markup=False)
 
     def reading_markdown(self) -> str:
         """The report with the user's words: the same steps the panel shows, with the report's tables."""

@@ -11,6 +11,7 @@ from gaplens.analysis.regions import device_phases
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import CAUSE_WORDS
 from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.text import clean_text
 from gaplens.tui.commands.common import load_trace, print_json
 
 
@@ -126,7 +127,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     trace = load_trace(args.trace)
     saved = notes_for_trace(trace, warn=lambda m: print(f"gaplens: warning: {m}", file=sys.stderr))
-    text = report_markdown(trace, notes=saved)
+    text = clean_text(report_markdown(trace, notes=saved), keep_newlines=True)  # file names may hold anything
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
