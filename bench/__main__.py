@@ -15,7 +15,12 @@ SECTIONS = ("load", "nsys", "analysis", "render", "ranks")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("sections", nargs="*", default=list(SECTIONS), help=f"any of {', '.join(SECTIONS)} (the default), or fuzz (20,000 inputs; only when named)")
+    parser.add_argument(
+        "sections",
+        nargs="*",
+        default=list(SECTIONS),
+        help=f"any of {', '.join(SECTIONS)} (the default), or fuzz (20,000 inputs; only when named)",
+    )
     parser.add_argument("--quick", action="store_true", help="smaller synthetic traces, fewer repeats")
     args = parser.parse_args(argv)
     for name in args.sections:
