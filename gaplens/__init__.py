@@ -23,28 +23,5 @@ if not _os.path.isdir(_os.path.join(_here, "loaders")) and _os.path.isfile(
 ):
     __path__.append(_os.path.dirname(_here))
 
-from gaplens.api import (  # noqa: E402  (after the path above)
-    Trace,
-    TraceError,
-    api_summary,
-    gaps,
-    kernels_summary,
-    load,
-    phases,
-    ranges_summary,
-    smells,
-    summary,
-)
-
-__all__ = [
-    "Trace",
-    "TraceError",
-    "api_summary",
-    "gaps",
-    "kernels_summary",
-    "load",
-    "phases",
-    "ranges_summary",
-    "smells",
-    "summary",
-]
+from gaplens.api import *  # noqa: E402, F403  (after the path above; the API is gaplens.api's __all__)
+from gaplens.api import __all__ as __all__  # noqa: E402

@@ -14,7 +14,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
 from gaplens.analysis.gaps import CAUSES, shares_text
@@ -22,7 +21,7 @@ from gaplens.analysis.smells import Finding, smells
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.readings import GapTable
-from gaplens.tui.screens.tables import MAX_ROWS, cell, fill, more_note, name_width
+from gaplens.tui.screens.tables import MAX_ROWS, TabbedTables, cell, fill, more_note, name_width
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,11 @@ def smell_cells(f: Finding) -> list:
     ]
 
 
-class ListsScreen(Screen[Pick | None]):
+class ListsScreen(TabbedTables[Pick | None]):
     """Two tabs: blank regions by size, smells in time order; enter jumps to one."""
+
+    PREFIX = "lists"
+    FIRST_TAB = "gaps"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "close"),
@@ -139,10 +141,6 @@ class ListsScreen(Screen[Pick | None]):
         table.columns["what"].auto_width = False  # type: ignore[index]
         fill(self.query_one("#lists-smells", DataTable), [(str(k), smell_cells(f)) for k, f in enumerate(found)])
 
-    @property
-    def active(self) -> str:
-        return self.query_one(TabbedContent).active or "gaps"
-
     def _title(self) -> None:
         if self.active == "gaps":
             n = len(self.gaps)
@@ -159,17 +157,6 @@ class ListsScreen(Screen[Pick | None]):
             if not self.findings:
                 text = "Smells: none (the thresholds scale with the step time, and nothing crossed them)"
         self.query_one("#lists-title", Static).update(cell(text))
-
-    def action_tab(self, key: str) -> None:
-        self.query_one(TabbedContent).active = key
-        self._focus_table()
-
-    def on_tabbed_content_tab_activated(self, _event: TabbedContent.TabActivated) -> None:
-        self._focus_table()
-        self._title()
-
-    def _focus_table(self) -> None:
-        self.query_one(f"#lists-{self.active}", DataTable).focus()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is None:

@@ -22,7 +22,7 @@ from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 from gaplens.analysis.stats import COLUMNS, TABLES, NameStats, table_stats
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
-from gaplens.tui.screens.tables import MAX_ROWS, cell, fill, more_note, name_width
+from gaplens.tui.screens.tables import MAX_ROWS, TabbedTables, cell, fill, more_note, name_width
 
 HEADERS = {
     "pct": "share",
@@ -55,8 +55,11 @@ def stats_cells(st: NameStats, k: int) -> list:
     ]
 
 
-class StatsScreen(Screen[int | None]):
+class StatsScreen(TabbedTables[int | None]):
     """Kernels / CUDA API / ranges per name: count, total, avg, median, min, max, share; sortable."""
+
+    PREFIX = "stats"
+    FIRST_TAB = TABLES[0][0]
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "close"),
@@ -102,10 +105,6 @@ class StatsScreen(Screen[int | None]):
         self._title()
 
     # ---- sorting ----------------------------------------------------------------
-    @property
-    def active(self) -> str:
-        return self.query_one(TabbedContent).active or TABLES[0][0]
-
     def _refill(self, key: str, keep_cursor: bool = False) -> None:
         st = self.tables[key]
         column, descending = self.sort[key]
@@ -161,17 +160,6 @@ class StatsScreen(Screen[int | None]):
         self._title()
 
     # ---- tabs and picks ---------------------------------------------------------
-    def action_tab(self, key: str) -> None:
-        self.query_one(TabbedContent).active = key
-        self._focus_table()
-
-    def on_tabbed_content_tab_activated(self, _event: TabbedContent.TabActivated) -> None:
-        self._focus_table()
-        self._title()
-
-    def _focus_table(self) -> None:
-        self.query_one(f"#stats-{self.active}", DataTable).focus()
-
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         key = self.active
         st = self.tables.get(key)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Generic, TypeVar
 
 from rich.text import Text
-from textual.widgets import DataTable
+from textual.screen import Screen
+from textual.widgets import DataTable, TabbedContent
 
 #: Rows a table shows at most; the title says when there are more (Tracy shows a few thousand too).
 MAX_ROWS = 5_000
@@ -33,3 +35,31 @@ def name_width(names) -> int:
 
 def more_note(shown: int, total: int, what: str) -> str:
     return f" · showing the first {shown:,} of {total:,} {what}" if total > shown else ""
+
+
+ResultT = TypeVar("ResultT")
+
+
+class TabbedTables(Screen[ResultT], Generic[ResultT]):
+    """A screen of tabs, one DataTable each (ids ``#{PREFIX}-{tab}``): switching tabs focuses the table."""
+
+    PREFIX = ""
+    FIRST_TAB = ""
+
+    @property
+    def active(self) -> str:
+        return self.query_one(TabbedContent).active or self.FIRST_TAB
+
+    def _title(self) -> None:
+        """Subclasses redraw their title line for the active tab."""
+
+    def action_tab(self, key: str) -> None:
+        self.query_one(TabbedContent).active = key
+        self._focus_table()
+
+    def on_tabbed_content_tab_activated(self, _event: TabbedContent.TabActivated) -> None:
+        self._focus_table()
+        self._title()
+
+    def _focus_table(self) -> None:
+        self.query_one(f"#{self.PREFIX}-{self.active}", DataTable).focus()
