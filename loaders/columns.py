@@ -227,12 +227,7 @@ def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
             raw[shift] = data[np.repeat(starts - (ends - lengths), lengths) + np.arange(total)]
     rows = raw.reshape(n, stride)
     words = rows.view(np.uint64)
-    h = lengths.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(width):
-            h *= _P
-            h += words[:, j]
-    codes, first = _first_seen(h)
+    codes, first = _first_seen(_row_hash(words, lengths.astype(np.uint64)))
     rep = first[codes]
     if not (np.array_equal(words, words[rep]) and np.array_equal(lengths, lengths[rep])):
         return None
@@ -285,16 +280,11 @@ def _ranked(inverse: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 def encode_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``_first_seen`` for the rows of an int64 matrix: hashed to one key, then confirmed row for row."""
-    n, width = matrix.shape
+    n = matrix.shape[0]
     if n == 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    h = np.zeros(n, np.uint64)
     words = matrix.view(np.uint64)
-    with np.errstate(over="ignore"):
-        for j in range(width):
-            h *= _P
-            h += words[:, j]
-    codes, first = _first_seen(h)
+    codes, first = _first_seen(_row_hash(words, np.zeros(n, np.uint64)))
     if np.array_equal(matrix, matrix[first[codes]]):
         return codes, first
     _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)  # a collision
@@ -309,3 +299,12 @@ def _encode_slowly(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, n
         (seen.setdefault(raw[a:b], len(seen)) for a, b in itertools.pairwise(bounds)), np.int64, len(bounds) - 1
     )
     return codes, np.unique(codes, return_index=True)[1]
+
+
+def _row_hash(words: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """A multiplicative hash of each row of 64-bit words, seeded with ``h`` (updated in place)."""
+    with np.errstate(over="ignore"):
+        for j in range(words.shape[1]):
+            h *= _P
+            h += words[:, j]
+    return h

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,13 @@ def loaded(name: str) -> Trace:
 
 def meta(name: str) -> dict:
     return json.loads(sample(name).read_text())
+
+
+@pytest.fixture
+def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The smells sample copied into a writable folder, with a private state dir."""
+    monkeypatch.setenv("GAPLENS_STATE_DIR", str(tmp_path / "state"))
+    dst = tmp_path / "traces" / "smells.json.gz"
+    dst.parent.mkdir()
+    shutil.copyfile(sample("smells.json.gz"), dst)
+    return dst

@@ -19,16 +19,6 @@ from gaplens.analysis.notes import Notes, NotesStore, find_event, fingerprint, n
 from tests.conftest import ROOT, loaded, sample
 
 
-@pytest.fixture
-def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The smells sample copied into a writable folder, with a private state dir."""
-    monkeypatch.setenv("GAPLENS_STATE_DIR", str(tmp_path / "state"))
-    dst = tmp_path / "traces" / "smells.json.gz"
-    dst.parent.mkdir()
-    shutil.copyfile(sample("smells.json.gz"), dst)
-    return dst
-
-
 def _filled(store: NotesStore) -> Notes:
     n = store.load()
     n.set_answer(1, "Llama-style decoder, batch 4\nprompt 512, 32 steps")

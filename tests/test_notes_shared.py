@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 from gaplens.analysis.notes import Notes, NotesStore
 from gaplens.analysis.notes_merge import merge
-from tests.conftest import ROOT, sample
-
-
-@pytest.fixture
-def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("GAPLENS_STATE_DIR", str(tmp_path / "state"))
-    dst = tmp_path / "traces" / "smells.json.gz"
-    dst.parent.mkdir()
-    shutil.copyfile(sample("smells.json.gz"), dst)
-    return dst
+from tests.conftest import ROOT
 
 
 def test_two_windows_keep_each_others_notes(trace_copy: Path) -> None:
