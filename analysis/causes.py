@@ -93,15 +93,21 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         ops = trace.lane_events(lanes[LaneKind.CPU_OPS]) if LaneKind.CPU_OPS in lanes else slice(0, 0)
         is_op = trace.kind[ops] == int(Kind.CPU_OP)
         o_s, o_e = trace.start_ns[ops][is_op], trace.end_ns[ops][is_op]
+        # Calls of each class or stronger that start inside each op: prefix counts over the calls
+        # in start order, found with one pair of binary searches for all three levels.
+        order = np.argsort(a_s, kind="stable")
+        starts, classes = a_s[order], a_c[order]
+        lo, hi = np.searchsorted(starts, o_s, "left"), np.searchsorted(starts, o_e, "right")
+        short = (o_e - o_s) <= DISPATCH_MAX_NS
         levels = {}
         for lv in (Call.LAUNCH, Call.COPY, Call.SYNC):
             m = a_c >= lv
-            starts = np.sort(a_s[m])
+            before = np.concatenate(([0], np.cumsum(classes >= lv)))
             # A CPU op takes the strongest class of the calls it makes; for launches only while
             # it is short enough to be dispatch overhead.
-            inside = np.searchsorted(starts, o_e, "right") - np.searchsorted(starts, o_s, "left") > 0
+            inside = before[hi] > before[lo]
             if lv == Call.LAUNCH:
-                inside &= (o_e - o_s) <= DISPATCH_MAX_NS
+                inside &= short
             levels[lv] = BusySpans(np.concatenate((a_s[m], o_s[inside])), np.concatenate((a_e[m], o_e[inside])))
         out[key] = ThreadTime(key[0], key[1], levels)
     return out
