@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -176,8 +177,38 @@ class Context:
             return num
         return self.named_ids.setdefault(str(value)[:200], -1000 - len(self.named_ids))
 
-    def code(self, table: dict[str, int], values: list[str]) -> np.ndarray:
+    def code(self, table: dict[Any, int], values: list) -> np.ndarray:
         return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
+
+    def merge(self, local: Context, block: Block) -> Block:
+        """Fold a Context that classified one block alone into this one; the block's ids become this one's.
+
+        ``local`` registered names, details, lanes and named pids in the order a single
+        Context would have met them in this block, so registering them here in that
+        order, block after block, gives every id the value a single thread gives it.
+        """
+        named = {lid: self.host_id(name) for name, lid in local.named_ids.items()}
+
+        def host(value: int) -> int:
+            return named.get(value, value)
+
+        lanes = [
+            (kind, a, b) if LaneKind(kind) in GPU_LANES else (kind, host(a), host(b)) for kind, a, b in local.lanes
+        ]
+        lane_lut = self.code(self.lanes, lanes)
+        block.lane = lane_lut[block.lane] if block.lane.size else block.lane
+        block.name_id = self.code(self.names, list(local.names))[block.name_id] if local.names else block.name_id
+        block.detail_id = self.code(self.details, list(local.details))[block.detail_id]
+        for pid, name in local.processes.items():
+            self.processes.setdefault(host(pid), name)
+        for (pid, tid), name in local.threads.items():
+            self.threads.setdefault((host(pid), host(tid)), name)
+        for cat, count in local.unknown.items():
+            self.unknown[cat] = self.unknown.get(cat, 0) + count
+        self.bad_time += local.bad_time
+        self.bad_start += local.bad_start
+        self.malformed += local.malformed
+        return block
 
 
 @dataclass

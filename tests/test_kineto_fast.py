@@ -68,11 +68,65 @@ def test_every_sample_reads_without_the_per_event_path(path):
     assert stats.events == len(_raw_events(path))
 
 
+# Real traces with several processes, named pids ("Spans", "Traces"), many streams and details.
+MERGED = [p for p in FILES if p.stat().st_size < 250_000]
+
+
+@pytest.mark.parametrize("path", MERGED, ids=[p.name for p in MERGED])
+def test_blocks_classified_apart_merge_into_the_ids_of_one_reading(path, monkeypatch):
+    """Each block is classified against a Context of its own on a worker thread, then merged in
+    file order: names, lanes, named pids and process/thread names get the ids that one Context
+    reading the whole file gives them (details are registered kind by kind within a block, so
+    their order follows the blocks; every event still reads the same text), and the per-event
+    reading agrees on every event."""
+    with monkeypatch.context() as m:
+        m.setattr(kineto, "BLOCK_SIZE", 1 << 30)
+        whole = load(path, use_cache=False)  # one block: one Context, as a single thread reads it
+    _small_blocks(monkeypatch, 1 << 11)
+    monkeypatch.setattr(kineto, "WORKERS", 4)
+    monkeypatch.setattr(kineto, "AHEAD", 5)
+    stats = LoadStats()
+    got = load(path, use_cache=False, stats=stats)
+    assert stats.layout_blocks + stats.structure_blocks >= 3
+    _same(got, whole)
+    assert (got.names, got.lanes, sorted(got.details)) == (whole.names, whole.lanes, sorted(whole.details))
+    assert (got.meta.processes, got.meta.threads) == (whole.meta.processes, whole.meta.threads)
+    assert got.meta.extra.get("unknown_categories") == whole.meta.extra.get("unknown_categories")
+    assert np.array_equal(got.name_id, whole.name_id)
+    _same(got, _per_event(monkeypatch, path))
+
+
+def test_named_pids_met_in_another_order_by_a_later_block(tmp_path, monkeypatch):
+    """A block meets "beta" before "alpha" where the file met "alpha" first: its own ids for the two
+    names are swapped against the file's, and the merge must swap them back (lanes, thread names)."""
+    _small_blocks(monkeypatch, 1 << 10)
+    monkeypatch.setattr(kineto, "WORKERS", 4)
+
+    def op(pid: str, tid: str, i: int) -> dict:
+        return {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": pid, "tid": tid, "ts": 100 * i, "dur": 5}
+
+    events = [{"ph": "M", "name": "thread_name", "pid": "alpha", "tid": "main", "args": {"name": "A"}}]
+    events += [op("alpha", "main", i) for i in range(40)]
+    events += [op("beta" if i % 2 else "alpha", "side" if i % 3 else "main", i) for i in range(40, 120)]
+    events += [{"ph": "M", "name": "thread_name", "pid": "beta", "tid": "side", "args": {"name": "B"}}]
+    events += [op("beta", "side", i) for i in range(120, 160)]
+    path = _write(tmp_path, {"traceEvents": events}, "named.json", indent=2)
+    stats = LoadStats()
+    got = load(path, use_cache=False, stats=stats)
+    want = _per_event(monkeypatch, path)
+    assert stats.layout_blocks > 5
+    _same(got, want)
+    assert sorted(got.meta.threads.values()) == ["A", "B"] and got.meta.threads == want.meta.threads
+    assert len({(ln.pid, ln.tid) for ln in got.lanes}) == 4
+
+
 def test_kineto_layout_is_cut_at_its_separator():
     """A 40 MB trace from the writer: every block but the first and the tail is cut at '},\\n  {'."""
     stats = LoadStats()
-    load(SAMPLES / "decode_eager.json.gz", use_cache=False, stats=stats)
-    assert stats.layout_blocks >= 25 and stats.structure_blocks <= 2 and stats.rewinds == 0, stats
+    path = SAMPLES / "decode_eager.json.gz"
+    load(path, use_cache=False, stats=stats)
+    blocks = len(gzip.decompress(path.read_bytes())) // kineto.BLOCK_SIZE
+    assert stats.layout_blocks >= blocks - 2 and stats.structure_blocks <= 2 and stats.rewinds == 0, stats
 
 
 def _write(tmp_path: Path, doc, name: str, **dump) -> Path:
