@@ -10,7 +10,7 @@ For each, in one run:
 
 - **load**: a cold load (no gaplens cache) in a fresh interpreter, best of N; the
   same child reports how many events took the per-event path (``LoadStats``) and the
-  CPU time of all its threads (gunzip, two parse workers, classification), which says
+  CPU time of all its threads (gunzip, the parse-and-classify pool, the merge), which says
   what the load needs from an idle machine when the box is shared.
 - **floor**: gunzip of the file plus the fastest plain parse of the same bytes
   (orjson, msgspec when installed), nothing else. The event array is parsed in
@@ -103,7 +103,8 @@ _CACHE = {"dir": ""}  # where the children keep reopen entries, apart from the u
 
 def _run_child(code: str, path: str) -> dict:
     """Run ``code`` in a fresh interpreter: its last line of output, as JSON."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GAPLENS_CACHE_DIR=_CACHE["dir"])
+    search = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=search, GAPLENS_CACHE_DIR=_CACHE["dir"])
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.run([sys.executable, "-c", code, path], stdout=out, stderr=err, env=env, cwd=ROOT)
         out.seek(0)
