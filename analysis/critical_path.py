@@ -208,7 +208,9 @@ def build_graph(trace: Trace) -> Graph:
     # ---- host program order: entry of a launch call <- latest blocking exit before it, on its
     # own thread; a thread that never blocked (autograd's, DDP's) was set going by its process's
     # other threads, so their latest blocking exit stands in (the cross-thread hand-off is not traced).
-    calls = np.unique(a[ok_launch])
+    launched = np.zeros(n, dtype=bool)  # the calls that launched ops, sorted and once each (np.unique sorts)
+    launched[a[ok_launch]] = True
+    calls = np.flatnonzero(launched)
     if calls.size and blocking.size:
         k = _latest_before(trace.lane[blocking], end[blocking], trace.lane[calls], start[calls])
         lane_pid = np.asarray([ln.pid for ln in trace.lanes], dtype=np.int64)
