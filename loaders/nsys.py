@@ -48,7 +48,8 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
     db, immutable = resolve(path, progress)
     reader = Reader(sqlite_uri(db, immutable))
     try:
-        return _load(reader, path, progress)
+        with heap.small_pages():
+            return _load(reader, path, progress)
     except sqlite3.Error as exc:
         raise TraceError(_sql_message(path, exc)) from None
     except UnicodeDecodeError as exc:
