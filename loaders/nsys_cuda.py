@@ -12,14 +12,14 @@ import numpy as np
 
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
-from gaplens.loaders.nsys_sql import NULL, Columns, Int, read_enum
+from gaplens.loaders.nsys_sql import NULL, Columns, Drop, Int, Where, read_enum
 from gaplens.loaders.syncs import sync_detail
 from gaplens.loaders.validate import MAX_BYTES, TIME_LIMIT_NS
 
 #: A table reader: yields one (table, {key: integer column}, where) request, is sent the
 #: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
 #: before any result is awaited, so both cores fetch even when every table is small.
-PartReader = Generator[tuple[str, dict[str, Int], str], dict[str, np.ndarray], "Part | None"]
+PartReader = Generator[tuple[str, dict[str, Int], Where], dict[str, np.ndarray], "Part | None"]
 
 # Ranges of the guarded columns: what the packings below and the lane keys can hold.
 ID31 = (1 << 31) - 1  # StringIds ids (two are packed into one integer)
@@ -84,7 +84,7 @@ def _gpu_exprs(c: Columns) -> dict[str, Int]:
     }
 
 
-def _request(c: Columns, exprs: dict[str, Int], where: str = "") -> tuple[str, dict[str, Int], str]:
+def _request(c: Columns, exprs: dict[str, Int], where: Where = "") -> tuple[str, dict[str, Int], Where]:
     return c.table, exprs, where
 
 
@@ -111,7 +111,7 @@ def read_api(ctx: Context) -> PartReader:
     c = Columns(ctx.schema, RUNTIME)
     if not _usable(ctx, c):
         return None
-    where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if c.has("eventClass") else ""
+    where: Where = Drop("eventClass", BACKTRACE_CLASS) if c.has("eventClass") else ""
     exprs = _time(c) | {
         "tid": c.int("globalTid"),
         "corr": c.int("correlationId", lo=0, hi=CORR),

@@ -15,6 +15,7 @@ rowids cost a walk of the table, never an allocation per possible rowid.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import threading
@@ -26,12 +27,14 @@ from typing import Any
 import numpy as np
 
 from gaplens.loaders.nsys_files import connect
+from gaplens.loaders.nsys_pages import NotPlain, PageFile
 from gaplens.loaders.validate import INT64_MAX, INT64_MIN, Repairs, int_or_none
 
 #: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
 NULL = int(np.iinfo(np.int64).min) + 1
 CHUNK_ROWS = 1 << 17
 WORKERS = 2
+PAGES = True  # decode plain tables from their pages (tests turn it off to compare with SQL)
 
 # Built-in enum labels for exports without ENUM_* tables (2022.2); the file's table wins.
 BUILTIN_ENUMS: dict[str, dict[int, str]] = {
@@ -212,6 +215,22 @@ def chunk_bounds(con: sqlite3.Connection, table: str, lo: int, hi: int, chunk: i
     return bounds
 
 
+@dataclass(frozen=True)
+class Drop:
+    """Rows to leave out: those whose integer ``column`` (NULL read as 0) equals ``value``."""
+
+    column: str
+    value: int
+
+    @property
+    def sql(self) -> str:
+        return f'ifnull("{self.column}", 0) != {self.value}'
+
+
+Where = str | Drop  # SQL text (read through SQL only), or a Drop (pages or SQL)
+_QUOTED = re.compile(r'^"([A-Za-z_][A-Za-z0-9_]*)"$')
+
+
 class Reader:
     """Integer-column reader over one export, with a connection per worker thread."""
 
@@ -221,6 +240,7 @@ class Reader:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._pages: PageFile | bool | None = False  # False: not opened yet
         self.bad: dict[str, int] = {}  # values that were not integers or out of range, per table
 
     def con(self) -> sqlite3.Connection:
@@ -239,30 +259,47 @@ class Reader:
         for c in self._all:
             c.close()
         self._all.clear()
+        if isinstance(self._pages, PageFile):
+            self._pages.close()
+        self._pages = False
 
-    def submit(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
+    def submit(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> Callable[[], dict[str, np.ndarray]]:
         """Schedule a read of ``table``'s integer columns (by key) on the worker threads.
 
-        Returns a function that waits for the chunks and yields int64 arrays: NULL, a
-        value that is not an integer and a value outside its column's range all read
-        as ``NULL``; the last two are counted in ``self.bad[table]``. Scheduling every
-        table before waiting keeps both cores busy on small tables too.
+        Returns a function that waits for the reads and yields int64 arrays in rowid order:
+        NULL, a value that is not an integer and a value outside its column's range all
+        read as ``NULL``; the last two are counted in ``self.bad[table]``. Scheduling every
+        table before waiting keeps both cores busy on small tables too. Plain tables are
+        decoded from their pages (``nsys_pages``), the rest through SQL, with equal results.
         """
         keys = list(exprs)
         specs = [_spec(e) for e in exprs.values()]
-        sqls = [sp.sql for sp in specs]
         con = self.con()
+        where_sql = where.sql if isinstance(where, Drop) else where
         try:
             lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         except sqlite3.OperationalError:  # WITHOUT ROWID table: one unchunked read
-            rows = con.execute(f'SELECT {", ".join(sqls)} FROM "{table}"' + (f" WHERE {where}" if where else ""))
-            cols, bad = _matrix(rows.fetchall(), len(sqls))
+            sel = ", ".join(sp.sql for sp in specs)
+            rows = con.execute(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where_sql}" if where_sql else ""))
+            cols, bad = _matrix(rows.fetchall(), len(specs))
             self._count(table, bad + sum(_in_range(c, sp) for c, sp in zip(cols, specs, strict=True)))
             out = dict(zip(keys, cols, strict=True))
             return lambda: out
         if lo is None:
             empty = {k: np.empty(0, np.int64) for k in keys}
             return lambda: empty
+        sql_read = functools.partial(self._submit_sql, table, keys, specs, where_sql, int(lo), int(hi))
+        if PAGES and not (isinstance(where, str) and where):
+            paged = self._submit_pages(table, keys, specs, where, sql_read)
+            if paged is not None:
+                return paged
+        return sql_read()
+
+    def _submit_sql(
+        self, table: str, keys: list[str], specs: list[Int], where: str, lo: int, hi: int
+    ) -> Callable[[], dict[str, np.ndarray]]:
+        """Chunks of rowids through SQL, one ``group_concat`` text per column and chunk."""
+        sqls = [sp.sql for sp in specs]
         sql = _chunk_sql(table, sqls, where)
 
         def one(bounds: tuple[int, int]) -> list[np.ndarray]:
@@ -278,36 +315,172 @@ class Reader:
             self._count(table, bad + sum(_in_range(col, sp) for col, sp in zip(cols, specs, strict=True)))
             return cols
 
-        bounds = chunk_bounds(con, table, int(lo), int(hi), CHUNK_ROWS)
+        bounds = chunk_bounds(self.con(), table, lo, hi, CHUNK_ROWS)
         if WORKERS < 2:
             parts = [one(ab) for ab in bounds]
             futures = None
         else:
-            if self._pool is None:  # one pool (and one connection per worker) for the whole load
-                self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
-            futures = [self._pool.submit(one, ab) for ab in bounds]
+            futures = [self._workers().submit(one, ab) for ab in bounds]
 
         def result() -> dict[str, np.ndarray]:
             got: list[list[Any]] = [list(p) for p in (parts if futures is None else (f.result() for f in futures))]
-            if not got:
-                return {k: np.empty(0, np.int64) for k in keys}
-            out = {}
-            for j, k in enumerate(keys):  # column by column, each chunk's column dropped once joined
-                out[k] = np.concatenate([p[j] for p in got])
-                for p in got:
-                    p[j] = None
-            return out
+            return _joined(keys, got)
 
         return result
+
+    def _submit_pages(
+        self,
+        table: str,
+        keys: list[str],
+        specs: list[Int],
+        where: Where,
+        sql_read: Callable[[], Callable[[], dict[str, np.ndarray]]],
+    ) -> Callable[[], dict[str, np.ndarray]] | None:
+        """The table decoded from its pages, batch by batch on the workers; None when it is not plain.
+
+        A batch that turns out not to be plain (a float, say), or a row count that differs
+        from SQLite's, sends the whole table through ``sql_read`` instead.
+        """
+        pages = self._page_file()
+        if pages is None:
+            return None
+        layout = _layout(self.con(), table)
+        if layout is None:
+            return None
+        root, position = layout
+        stored = [_stored_column(sp.sql) for sp in specs]
+        names = [name for name in stored if name is not None]
+        if len(names) < len(stored) or any(name and name not in position for name in names):
+            return None  # an expression, or a column that is not a plain stored one
+        drop = (where.column, where.value) if isinstance(where, Drop) else None
+        if drop is not None and drop[0] not in position:
+            return None
+        fields = sorted({position[name] for name in [*names, *(drop[:1] if drop else ())] if name})
+        shared = {f for f in fields if sum(1 for name in names if name and position[name] == f) > 1}
+        try:
+            batches = pages.batches(pages.leaves(root))
+        except NotPlain:
+            return None
+        pool = self._workers() if WORKERS >= 2 else None
+
+        def count() -> int:
+            return int(self.con().execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+
+        def decode(leaves: np.ndarray) -> tuple[int, list[np.ndarray], int]:
+            """(rows on the pages, the requested columns of the rows kept, values out of range)."""
+            n, got = pages.decode(leaves, fields, NULL)
+            by_field = dict(zip(fields, got, strict=True))
+            keep = None
+            if drop is not None:
+                col = by_field[position[drop[0]]]
+                keep = np.where(col == NULL, 0, col) != drop[1]
+            kept = n if keep is None else int(np.count_nonzero(keep))
+            cols, bad = [], 0
+            for name, spec in zip(names, specs, strict=True):
+                if not name:
+                    cols.append(np.full(kept, NULL, np.int64))
+                    continue
+                col = by_field[position[name]]
+                col = col[keep] if keep is not None else col.copy() if position[name] in shared else col
+                bad += _in_range(col, spec)
+                cols.append(col)
+            return n, cols, bad
+
+        if pool is None:
+            futures: list[Any] = [_Done(count, ()), *(_Done(decode, (b,)) for b in batches)]
+        else:
+            futures = [pool.submit(count), *(pool.submit(decode, b) for b in batches)]
+
+        def result() -> dict[str, np.ndarray]:
+            try:
+                rows = futures[0].result()
+                got = [f.result() for f in futures[1:]]
+            except (NotPlain, IndexError, ValueError, OSError):
+                got = None
+            if got is None or sum(n for n, _, _ in got) != rows:
+                return sql_read()()
+            self._count(table, sum(bad for _, _, bad in got))
+            return _joined(keys, [cols for _, cols, _ in got])
+
+        return result
+
+    def _page_file(self) -> PageFile | None:
+        """The export opened for page reads, once per load; None when it is not a plain file."""
+        if self._pages is False:
+            path = next((row[2] for row in self.con().execute("PRAGMA database_list") if row[1] == "main"), "")
+            self._pages = PageFile.open(path) if path else None
+        return self._pages if isinstance(self._pages, PageFile) else None
+
+    def _workers(self) -> ThreadPoolExecutor:
+        if self._pool is None:  # one pool (and one connection per worker) for the whole load
+            self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
+        return self._pool
 
     def _count(self, table: str, n: int) -> None:
         if n:
             with self._lock:
                 self.bad[table] = self.bad.get(table, 0) + n
 
-    def ints(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> dict[str, np.ndarray]:
+    def ints(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
+
+
+class _Done:
+    """A call made now, with a future's ``result()`` (the single-thread path)."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._value, self._error = fn(*args), None
+        except Exception as exc:  # re-raised by result(), as a future would
+            self._value, self._error = None, exc
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _joined(keys: Sequence[Any], got: list[list[Any]]) -> dict[Any, np.ndarray]:
+    """Column by column, each chunk's column dropped once joined."""
+    if not got:
+        return {k: np.empty(0, np.int64) for k in keys}
+    out = {}
+    for j, k in enumerate(keys):
+        out[k] = np.concatenate([p[j] for p in got])
+        for p in got:
+            p[j] = None
+    return out
+
+
+def _stored_column(sql: str) -> str | None:
+    """The column a spec's SQL names: "" for ``NULL`` (an absent column), None for any other expression."""
+    if sql == "NULL":
+        return ""
+    m = _QUOTED.match(sql)
+    return m.group(1) if m else None
+
+
+def _layout(con: sqlite3.Connection, table: str) -> tuple[int, dict[str, int]] | None:
+    """(root page, {column: field position in the record}) of a plain rowid table, else None.
+
+    Not plain: a view or virtual table, generated or hidden columns (not stored in field
+    order), and primary-key columns (an INTEGER PRIMARY KEY is the rowid, stored as NULL).
+    """
+    row = con.execute("SELECT type, rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    if row is None or row[0] != "table" or not isinstance(row[1], int) or row[1] < 2:
+        return None
+    try:
+        info = con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+    except sqlite3.Error:
+        return None
+    position = {}
+    for i, (cid, name, _type, _notnull, _default, pk, hidden) in enumerate(info):
+        if cid != i or hidden:
+            return None
+        if not pk:
+            position[name] = i
+    return row[1], position
 
 
 def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:
