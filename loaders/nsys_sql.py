@@ -277,7 +277,10 @@ class Reader:
         con = self.con()
         where_sql = where.sql if isinstance(where, Drop) else where
         try:
-            lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+            # Two subqueries: one query with both aggregates would scan the whole table.
+            lo, hi = con.execute(
+                f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+            ).fetchone()
         except sqlite3.OperationalError:  # WITHOUT ROWID table: one unchunked read
             sel = ", ".join(sp.sql for sp in specs)
             rows = con.execute(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where_sql}" if where_sql else ""))
