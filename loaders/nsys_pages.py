@@ -14,7 +14,9 @@ count against SQLite's own walk of the same tree (which checks every page it vis
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -50,6 +52,7 @@ class PageFile:
         self.page_size = page_size
         self.usable = usable  # page size less the bytes reserved at the end of each page
         self.pages = pages
+        self._scratch = threading.local()
 
     @classmethod
     def open(cls, path: str) -> PageFile | None:
@@ -119,13 +122,68 @@ class PageFile:
                 raise NotPlain
         raise NotPlain
 
-    def batches(self, leaves: np.ndarray) -> list[np.ndarray]:
-        """The leaves cut into batches of about ``BATCH_BYTES``."""
-        per = max(1, BATCH_BYTES // self.page_size)
-        return [leaves[i : i + per] for i in range(0, leaves.size, per)]
+    def read_fields(
+        self,
+        leaves: np.ndarray,
+        fields: Sequence[int],
+        null: int,
+        submit: Callable[..., Any],
+        count: Callable[[], int],
+        check: Callable[[int, list[np.ndarray]], int],
+    ) -> Callable[[], tuple[list[np.ndarray], int, int]]:
+        """Schedule the decoding of ``fields`` on these leaves, batch by batch, with ``submit`` (a pool's).
 
-    def decode(self, leaves: np.ndarray, cids: Sequence[int], null: int) -> tuple[int, list[np.ndarray]]:
-        """(rows, fields ``cids`` (record positions) of every row on these leaf pages as int64, NULL as ``null``)."""
+        Each batch writes its rows straight into columns sized by ``count()`` (SQLite's row
+        count, scheduled first), right after the rows of the batch before it, then calls
+        ``check(first row, its slices of the columns)``, which may edit them and returns a
+        number to add up. Returns a function that waits for every batch and yields (one int64
+        column per field, rows, the sum of the checks); it raises ``NotPlain`` when any batch
+        is not plain or the rows are not SQLite's count.
+        """
+        per = max(1, BATCH_BYTES // self.page_size)
+        batches = [leaves[i : i + per] for i in range(0, leaves.size, per)]
+        placement = _Placement(len(batches), len(fields))
+
+        def counted() -> int:
+            try:
+                placement.allocate(count())
+            except BaseException:
+                placement.fail()
+                raise
+            return 0
+
+        def one(i: int, batch: np.ndarray) -> int:
+            try:
+                return self._decode(batch, fields, null, lambda n: placement.place(i, n), check)
+            except BaseException:
+                placement.fail()
+                raise
+
+        futures = [submit(counted), *(submit(one, i, b) for i, b in enumerate(batches))]
+
+        def result() -> tuple[list[np.ndarray], int, int]:
+            # Every batch is waited for, even after a failure: none may still be writing.
+            errors, total = [], 0
+            for f in futures:
+                try:
+                    total += f.result()
+                except Exception as exc:
+                    errors.append(exc)
+            if errors:
+                raise errors[0]
+            return placement.finish(), placement.total, total
+
+        return result
+
+    def _decode(
+        self,
+        leaves: np.ndarray,
+        cids: Sequence[int],
+        null: int,
+        place: Callable[[int], tuple[int, list[np.ndarray]]],
+        check: Callable[[int, list[np.ndarray]], int],
+    ) -> int:
+        """Fields ``cids`` (record positions) of every row on these leaf pages into their place, NULL as ``null``."""
         buf, base = self._read(leaves)
         usable = self.usable
         if not bool(np.all(buf[base] == LEAF)):
@@ -134,6 +192,7 @@ class PageFile:
         if bool(np.any(8 + 2 * ncell > usable)):
             raise NotPlain
         n = int(ncell.sum())
+        start, out = place(n)
         page_base = np.repeat(base, ncell)
         slot = np.arange(n) - np.repeat(np.cumsum(ncell) - ncell, ncell)
         ptr = _be16(buf, page_base + 8 + 2 * slot)
@@ -178,21 +237,24 @@ class PageFile:
         window = np.ndarray((buf.size - 7,), ">i8", buf, 0, (1,))  # 8 bytes at any offset, big-endian
         add = np.zeros(128, np.int64)
         add[[0, 9]] = [null, 1]
-        out = []
-        for c in cids:
+        for c, dst in zip(cids, out, strict=True):
             t = types[c]
             v = window[body + end[c]].astype(np.int64)  # the 8 bytes ending where the field ends
             shift = _SHIFT[t]
             v <<= shift
             v >>= shift
-            v += add[t]
-            out.append(v)
-        return n, out
+            np.add(v, add[t], out=dst)
+        return check(start, out)
 
     def _read(self, pgnos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages into one padded buffer, and each page's offset in it; runs are read with one call."""
         ps = self.page_size
-        buf = np.zeros(_PAD + pgnos.size * ps + _PAD, np.uint8)
+        size = _PAD + pgnos.size * ps + _PAD
+        buf = getattr(self._scratch, "buf", None)
+        if buf is None or buf.size < size:  # one buffer per thread: re-faulting 2 MB a batch costs more than it
+            buf = self._scratch.buf = np.zeros(size, np.uint8)
+        buf = buf[:size]
+        buf[-_PAD:] = 0
         mem = buf.data
         cut = (np.flatnonzero(np.diff(pgnos) != 1) + 1).tolist()
         for a, b in zip([0, *cut], [*cut, pgnos.size], strict=True):
@@ -200,6 +262,56 @@ class PageFile:
             if os.preadv(self.fd, [mem[_PAD + a * ps : _PAD + b * ps]], (int(pgnos[a]) - 1) * ps) != want:
                 raise NotPlain
         return buf, _PAD + np.arange(pgnos.size, dtype=np.int64) * ps
+
+
+class _Placement:
+    """Where each batch's rows go: batch i starts where batch i-1 ended, in columns sized by SQLite's count."""
+
+    def __init__(self, batches: int, width: int) -> None:
+        self._cv = threading.Condition()
+        self._ends: list[int] = [-1] * batches
+        self._width = width
+        self._columns: list[np.ndarray] | None = None
+        self._failed = False
+        self.total = -1
+
+    def allocate(self, total: int) -> None:
+        with self._cv:
+            self.total = total
+            self._columns = [np.empty(total, np.int64) for _ in range(self._width)]
+            self._cv.notify_all()
+
+    def place(self, i: int, n: int) -> tuple[int, list[np.ndarray]]:
+        """(first row, the columns' slices) for batch ``i`` of ``n`` rows, once batch i-1 has its place."""
+        with self._cv:
+            self._cv.wait_for(
+                lambda: self._failed or (self._columns is not None and (i == 0 or self._ends[i - 1] >= 0))
+            )
+            if self._failed or self._columns is None:
+                raise NotPlain
+            start = self._ends[i - 1] if i else 0
+            if start + n > self.total:  # more rows than SQLite counts
+                self._failed = True
+                self._cv.notify_all()
+                raise NotPlain
+            self._ends[i] = start + n
+            self._cv.notify_all()
+            return start, [c[start : start + n] for c in self._columns]
+
+    def _ready(self, i: int) -> bool:
+        return self._columns is not None and (i == 0 or self._ends[i - 1] >= 0)
+
+    def fail(self) -> None:
+        with self._cv:
+            self._failed = True
+            self._cv.notify_all()
+
+    def finish(self) -> list[np.ndarray]:
+        """The columns, once every batch is in place and the rows are SQLite's count."""
+        rows = self._ends[-1] if self._ends else 0
+        if self._failed or self._columns is None or rows != self.total:
+            raise NotPlain
+        return self._columns
 
 
 def _nonempty(path: str) -> bool:

@@ -181,12 +181,14 @@ def _matrix(rows: list[tuple], width: int) -> tuple[list[np.ndarray], int]:
     return [mat[:, j].copy() for j in range(width)], bad
 
 
-def _in_range(col: np.ndarray, spec: Int) -> int:
-    """Values outside the spec's range become NULL, in place; returns how many."""
+def _in_range(col: np.ndarray, spec: Int, counted: np.ndarray | None = None) -> int:
+    """Values outside the spec's range become NULL, in place; returns how many (among ``counted`` rows)."""
     out = (col != NULL) & ((col < spec.lo) | (col > spec.hi))
-    n = int(out.sum())
+    n = int(np.count_nonzero(out))
     if n:
         col[out] = NULL
+        if counted is not None:
+            n = int(np.count_nonzero(out & counted))
     return n
 
 
@@ -359,51 +361,47 @@ class Reader:
         if drop is not None and drop[0] not in position:
             return None
         fields = sorted({position[name] for name in [*names, *(drop[:1] if drop else ())] if name})
-        shared = {f for f in fields if sum(1 for name in names if name and position[name] == f) > 1}
+        if len({position[name] for name in names if name}) < sum(1 for name in names if name):
+            return None  # one field for two keys: each would judge the other's values
         try:
-            batches = pages.batches(pages.leaves(root))
+            leaves = pages.leaves(root)
         except NotPlain:
             return None
-        pool = self._workers() if WORKERS >= 2 else None
+        index = {f: j for j, f in enumerate(fields)}
+        judged = [(index[position[name]], spec) for name, spec in zip(names, specs, strict=True) if name]
+        keeps: dict[int, np.ndarray] = {}  # first row of a batch -> which of its rows the Drop keeps
 
         def count() -> int:
             return int(self.con().execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
 
-        def decode(leaves: np.ndarray) -> tuple[int, list[np.ndarray], int]:
-            """(rows on the pages, the requested columns of the rows kept, values out of range)."""
-            n, got = pages.decode(leaves, fields, NULL)
-            by_field = dict(zip(fields, got, strict=True))
+        def check(start: int, cols: list[np.ndarray]) -> int:
+            """Values out of range among the rows kept become NULL, counted (in a worker, per batch)."""
             keep = None
             if drop is not None:
-                col = by_field[position[drop[0]]]
+                col = cols[index[position[drop[0]]]]
                 keep = np.where(col == NULL, 0, col) != drop[1]
-            kept = n if keep is None else int(np.count_nonzero(keep))
-            cols, bad = [], 0
-            for name, spec in zip(names, specs, strict=True):
-                if not name:
-                    cols.append(np.full(kept, NULL, np.int64))
-                    continue
-                col = by_field[position[name]]
-                col = col[keep] if keep is not None else col.copy() if position[name] in shared else col
-                bad += _in_range(col, spec)
-                cols.append(col)
-            return n, cols, bad
+                keeps[start] = keep
+            return sum(_in_range(cols[j], spec, keep) for j, spec in judged)
 
-        if pool is None:
-            futures: list[Any] = [_Done(count, ()), *(_Done(decode, (b,)) for b in batches)]
-        else:
-            futures = [pool.submit(count), *(pool.submit(decode, b) for b in batches)]
+        def submit(fn: Callable[..., Any], *args: Any) -> Any:
+            return _Done(fn, args) if WORKERS < 2 else self._workers().submit(fn, *args)
+
+        read = pages.read_fields(leaves, fields, NULL, submit, count, check)
 
         def result() -> dict[str, np.ndarray]:
             try:
-                rows = futures[0].result()
-                got = [f.result() for f in futures[1:]]
+                cols, rows, bad = read()
             except (NotPlain, IndexError, ValueError, OSError):
-                got = None
-            if got is None or sum(n for n, _, _ in got) != rows:
                 return sql_read()()
-            self._count(table, sum(bad for _, _, bad in got))
-            return _joined(keys, [cols for _, cols, _ in got])
+            self._count(table, bad)
+            if keeps and not all(bool(k.all()) for k in keeps.values()):
+                keep = np.concatenate([keeps[s] for s in sorted(keeps)])
+                cols = [c[keep] for c in cols]
+                rows = int(np.count_nonzero(keep))
+            return {
+                key: cols[index[position[name]]] if name else np.full(rows, NULL, np.int64)
+                for key, name in zip(keys, names, strict=True)
+            }
 
         return result
 

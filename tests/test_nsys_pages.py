@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import gaplens.loaders.nsys_pages as nsys_pages
 import gaplens.loaders.nsys_sql as nsys_sql
 from gaplens.loaders import load
 from gaplens.loaders.nsys_files import sqlite_uri
@@ -72,10 +73,17 @@ def _values(rng: np.random.Generator, n: int, odd: float) -> list[object]:
     odd=st.sampled_from([0.0, 0.0, 0.001]),
     added=st.booleans(),
     drop=st.booleans(),
+    batch=st.sampled_from([1, 3, 4096]),
+    workers=st.sampled_from([1, 2]),
 )
-def test_pages_equal_the_rowwise_fetch(tmp_path_factory, paths_taken, seed, n, page_size, sparse, odd, added, drop):
-    """Multi-level trees, every serial type, sparse rowids, a filter, an added column; odd values go to SQL."""
+def test_pages_equal_the_rowwise_fetch(
+    tmp_path_factory, monkeypatch, paths_taken, seed, n, page_size, sparse, odd, added, drop, batch, workers
+):
+    """Multi-level trees, every serial type, sparse rowids, a filter, an added column, batches of any size
+    placed in order by either thread; odd values go to SQL."""
     paths_taken.clear()
+    monkeypatch.setattr(nsys_pages, "BATCH_BYTES", batch * page_size)
+    monkeypatch.setattr(nsys_sql, "WORKERS", workers)
     rng = np.random.default_rng(seed)
     db = str(tmp_path_factory.mktemp("pages") / "t.sqlite")
     con = sqlite3.connect(db)
