@@ -30,10 +30,9 @@ _MAX_DEPTH = 32
 # Per one-byte serial type: bytes in the record body (-1: reserved), whether it is an integer
 # or NULL, and the shift that sign-extends a big-endian 8-byte window ending at the field's end
 # (64 clears it: NULL, 0 and 1 have no body); then the value to add (NULL marker, 1).
-_RESERVED = 255
-_SIZE8 = np.zeros(128, np.uint8)
-_SIZE8[:12] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, _RESERVED, _RESERVED]
-_SIZE8[12:] = (np.arange(12, 128) - 12) // 2
+_SIZE = np.zeros(128, np.int16)
+_SIZE[:12] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, -1, -1]
+_SIZE[12:] = (np.arange(12, 128) - 12) // 2
 _INTEGER = np.zeros(128, bool)
 _INTEGER[[0, 1, 2, 3, 4, 5, 6, 8, 9]] = True
 _SHIFT = np.full(128, 64, np.int64)
@@ -193,57 +192,85 @@ class PageFile:
             raise NotPlain
         n = int(ncell.sum())
         start, out = place(n)
+        # Cell k of a page: its pointer is at 8 + 2k; the cell lies after the pointer array.
         page_base = np.repeat(base, ncell)
-        slot = np.arange(n) - np.repeat(np.cumsum(ncell) - ncell, ncell)
-        ptr = _be16(buf, page_base + 8 + 2 * slot)
-        if bool(np.any((ptr < 8 + 2 * np.repeat(ncell, ncell)) | (ptr > usable - 4))):
+        at = np.arange(n, dtype=np.int64)
+        at <<= 1
+        at += np.repeat(base + 8 - 2 * (np.cumsum(ncell) - ncell), ncell)
+        ptr = _be16(buf, at)
+        if bool(np.any((ptr < np.repeat(8 + 2 * ncell, ncell)) | (ptr > usable - 4))):
             raise NotPlain
-        del slot
-        cell = page_base + ptr
-        payload, l1 = _varint(buf, cell)
-        rec = cell + l1
+        rec = np.add(page_base, ptr, out=at)
+        payload, length = _varint(buf, rec)
+        rec += length
         rec += _varint_length(buf, rec)  # the rowid: B-tree order is rowid order
+        rec -= page_base
         # No overflow pages: the whole record lies on the page.
-        if bool(np.any((payload < 1) | (payload > usable - 35) | (rec - page_base + payload > usable))):
+        if bool(np.any((payload < 1) | (payload > usable - 35) | (rec + payload > usable))):
             raise NotPlain
-        del cell, ptr, page_base, l1
+        rec += page_base
+        del page_base, ptr, length
         m = max(cids, default=-1) + 1
-        hsize = buf[rec].astype(np.int64)
+        hsize = buf[rec]
         # A one-byte header size and one-byte serial types for every field up to the last needed one.
         if bool(np.any((hsize >= 0x80) | (hsize < 1 + m) | (hsize > payload))):
             raise NotPlain
-        # Field by field (rows contiguous): each field's serial type, and where it ends in the body.
         types = np.empty((m, n), np.uint8)
-        end = np.empty((m, n), np.int16)
-        at = rec + 1
         for j in range(m):
-            types[j] = buf[at]
-            at += 1
-        if bool(np.any(types >= 0x80)):
+            np.take(buf, rec + (1 + j), out=types[j])
+        lo, hi = (types.min(axis=1).tolist(), types.max(axis=1).tolist()) if m else ([], [])
+        if any(h >= 0x80 for h in hi):
             raise NotPlain
-        size = _SIZE8[types]
-        if bool(np.any(size == _RESERVED)):
+        # Where each field ends in the body: a constant, plus a per-row part from the fields whose type varies.
+        const, var = 0, None
+        ends: dict[int, tuple[int, np.ndarray | None]] = {}
+        for j in range(m):
+            if lo[j] == hi[j]:
+                if _SIZE[lo[j]] < 0:
+                    raise NotPlain  # a reserved serial type
+                const += int(_SIZE[lo[j]])
+            else:
+                size = _SIZE[types[j]]
+                if bool(np.any(size < 0)):
+                    raise NotPlain
+                var = size if var is None else var + size
+            ends[j] = (const, var)
+        if m and bool(np.any(hsize + (const if var is None else var + const) > payload)):
             raise NotPlain
-        np.cumsum(size, axis=0, dtype=np.int16, out=end)
-        del size
-        if m and bool(np.any(hsize + end[-1] > payload)):
-            raise NotPlain
-        need = types[list(cids)] if cids else types[:0]
-        if not bool(np.all(_INTEGER[need])):
-            raise NotPlain  # a float, text or blob: SQL judges it
-        del need, payload
-        body = rec + hsize - 8
-        del rec, hsize
+        del payload
+        body = rec
+        body += hsize
+        body -= 8
+        del hsize
         window = np.ndarray((buf.size - 7,), ">i8", buf, 0, (1,))  # 8 bytes at any offset, big-endian
         add = np.zeros(128, np.int64)
         add[[0, 9]] = [null, 1]
+        at = np.empty(n, np.int64)
         for c, dst in zip(cids, out, strict=True):
+            const, var = ends[c]
+            np.add(body, const if var is None else var, out=at)
+            if const and var is not None:
+                at += const
+            if lo[c] == hi[c]:  # one type on every row: one shift, or no bytes at all
+                if not _INTEGER[lo[c]]:
+                    raise NotPlain  # a float, text or blob: SQL judges it
+                shift = int(_SHIFT[lo[c]])
+                if shift == 64:
+                    dst.fill(int(add[lo[c]]))
+                    continue
+                dst[...] = window[at]  # the 8 bytes ending where the field ends
+                if shift:
+                    dst <<= shift
+                    dst >>= shift
+                continue
             t = types[c]
-            v = window[body + end[c]].astype(np.int64)  # the 8 bytes ending where the field ends
+            if not bool(np.all(_INTEGER[t])):
+                raise NotPlain
+            dst[...] = window[at]
             shift = _SHIFT[t]
-            v <<= shift
-            v >>= shift
-            np.add(v, add[t], out=dst)
+            dst <<= shift
+            dst >>= shift
+            dst += add[t]
         return check(start, out)
 
     def _read(self, pgnos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
