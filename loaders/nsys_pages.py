@@ -97,11 +97,11 @@ class PageFile:
         for _ in range(_MAX_DEPTH):
             if bool(np.any((level < 2) | (level > self.pages))):
                 raise NotPlain
-            buf, base = self._read(level)
-            kind = buf[base]
-            if bool(np.all(kind == LEAF)):
+            buf, base = self._read(level[:1])
+            if buf[base[0]] == LEAF:  # the tree is balanced: a level of leaves (each batch checks its own)
                 return level
-            if not bool(np.all(kind == INTERIOR)):
+            buf, base = self._read(level)
+            if not bool(np.all(buf[base] == INTERIOR)):
                 raise NotPlain
             ncell = _be16(buf, base + 3)
             if bool(np.any(12 + 2 * ncell > self.usable)):
