@@ -47,7 +47,7 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
     db, immutable = resolve(path, progress)
     reader = Reader(sqlite_uri(db, immutable))
     try:
-        with heap.small_pages():
+        with heap.big_load():
             return _load(reader, path, progress)
     except sqlite3.Error as exc:
         raise TraceError(_sql_message(path, exc)) from None
@@ -96,7 +96,6 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "profiler overhead": read_overhead(ctx),
     }
     _run_readers(reader, readers, got, progress)
-    heap.trim()  # the reading threads' text buffers
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
     parts = [_usable_rows(label, p, ctx.repairs) for label, p in got.items() if p is not None and len(p)]
@@ -135,8 +134,7 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "detail_id": ev.pop("detail"),
         "scope": ev.pop("scope"),
     }
-    del ev, lane_of
-    heap.trim()
+    del ev, lane_of  # no trim here: inside heap.big_load() the builder reuses what the readers freed
     trace = build_columns(meta, lanes, ctx.names.values(), ctx.details.values(), cols, ctx.repairs)
     if progress is not None:
         progress("done", 1.0)
