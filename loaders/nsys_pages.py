@@ -1,294 +1,155 @@
-"""Integer columns of a rowid table decoded straight from its B-tree pages (sqlite.org/fileformat2.html).
+"""The reader's fast path: a plain table's integer columns decoded from its pages (``nsys_btree``) on its threads.
 
 Why: SQLite hands values out one at a time. Formatting a kernel row as ``group_concat``
 text and parsing it back costs ~2 µs; the record itself is ~80 bytes that numpy decodes
-for a whole batch of pages at once in a fraction of that, on both cores.
+for a whole batch of pages at once in ~0.3 µs a row.
 
-Only the plain case is read here: a rollback-journal file, a table B-tree whose pages
-parse as the format says, records without overflow pages whose needed fields are
-integers or NULL. Anything else raises ``NotPlain`` and the caller reads the table
-through SQL, so the numbers are the same either way; the caller also checks the row
-count against SQLite's own walk of the same tree (which checks every page it visits).
+Batches of leaf pages run on the reader's threads; each writes its rows straight into
+columns sized by SQLite's own row count, right after the rows of the batch before it,
+so no batch keeps a copy until a join. A table that is not plain (a view, generated
+columns, a float among the integers, an overflow page, a WAL file...), or whose rows
+are not SQLite's count, is read through SQL instead: the numbers are the same either way.
 """
 
 from __future__ import annotations
 
-import os
+import re
+import sqlite3
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-MAGIC = b"SQLite format 3\x00"
-LEAF, INTERIOR = 13, 5  # table B-tree page types
+from gaplens.loaders.nsys_btree import NotPlain, PageFile
+from gaplens.loaders.nsys_ints import NULL, Drop, Int, Where, in_range
+
+if TYPE_CHECKING:
+    from gaplens.loaders.nsys_sql import Reader
+
 BATCH_BYTES = 2 << 20  # leaf pages decoded at once: their temporaries stay in the cache
-_PAD = 16  # bytes before and after the pages, so 8-byte windows never leave the buffer
-_MAX_DEPTH = 32
-
-# Per one-byte serial type: bytes in the record body (-1: reserved), whether it is an integer
-# or NULL, and the shift that sign-extends a big-endian 8-byte window ending at the field's end
-# (64 clears it: NULL, 0 and 1 have no body); then the value to add (NULL marker, 1).
-_SIZE = np.zeros(128, np.int16)
-_SIZE[:12] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, -1, -1]
-_SIZE[12:] = (np.arange(12, 128) - 12) // 2
-_INTEGER = np.zeros(128, bool)
-_INTEGER[[0, 1, 2, 3, 4, 5, 6, 8, 9]] = True
-_SHIFT = np.full(128, 64, np.int64)
-_SHIFT[1:7] = [56, 48, 40, 32, 16, 0]
+_QUOTED = re.compile(r'^"([A-Za-z_][A-Za-z0-9_]*)"$')
+Read = Callable[[], dict[str, np.ndarray]]
 
 
-class NotPlain(Exception):
-    """The file or table is not the plain case this module reads: read it through SQL."""
+def read_pages(
+    reader: Reader,
+    pages: PageFile,
+    table: str,
+    keys: list[str],
+    specs: list[Int],
+    where: Where,
+    sql_read: Callable[[], Read],
+) -> Read | None:
+    """Schedule the table's batches on the reader's threads; None when the table is not plain.
 
+    The function returned waits for them; a batch that turns out not to be plain (a float,
+    say), or a row count that differs from SQLite's, sends the table through ``sql_read``.
+    """
+    found = layout(reader.con(), table)
+    if found is None or (isinstance(where, str) and where):
+        return None
+    root, position = found
+    stored = [_stored_column(sp.sql) for sp in specs]
+    names = [name for name in stored if name is not None]
+    if len(names) < len(stored) or any(name and name not in position for name in names):
+        return None  # an expression, or a column that is not a plain stored one
+    drop = (where.column, where.value) if isinstance(where, Drop) else None
+    if drop is not None and drop[0] not in position:
+        return None
+    if len({position[name] for name in names if name}) < sum(1 for name in names if name):
+        return None  # one field for two keys: each would judge the other's values
+    fields = sorted({position[name] for name in [*names, *(drop[:1] if drop else ())] if name})
+    try:
+        leaves = pages.leaves(root)
+    except NotPlain:
+        return None
+    index = {f: j for j, f in enumerate(fields)}
+    judged = [(index[position[name]], spec) for name, spec in zip(names, specs, strict=True) if name]
+    keeps: dict[int, np.ndarray] = {}  # first row of a batch -> which of its rows the Drop keeps
 
-class PageFile:
-    """One database file opened for page reads beside SQLite's own connections (thread-safe: pread)."""
+    def count() -> int:
+        return int(reader.con().execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
 
-    def __init__(self, fd: int, page_size: int, usable: int, pages: int) -> None:
-        self.fd = fd
-        self.page_size = page_size
-        self.usable = usable  # page size less the bytes reserved at the end of each page
-        self.pages = pages
-        self._scratch = threading.local()
+    def check(start: int, cols: list[np.ndarray]) -> int:
+        """Values out of range among the rows kept become NULL and are counted (per batch, on a thread)."""
+        keep = None
+        if drop is not None:
+            col = cols[index[position[drop[0]]]]
+            keep = np.where(col == NULL, 0, col) != drop[1]
+            keeps[start] = keep
+        return sum(in_range(cols[j], spec, keep) for j, spec in judged)
 
-    @classmethod
-    def open(cls, path: str) -> PageFile | None:
-        """The file when its header says rollback journal and its pages can be located, else None."""
-        if not hasattr(os, "preadv") or _nonempty(path + "-journal") or _nonempty(path + "-wal"):
-            return None  # a hot journal or a WAL holds pages the main file does not
+    read = _read_fields(reader, pages, leaves, fields, count, check)
+
+    def result() -> dict[str, np.ndarray]:
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return None
+            cols, rows, bad = read()
+        except (NotPlain, IndexError, ValueError, OSError):
+            return sql_read()()
+        reader.add_bad(table, bad)
+        if keeps and not all(bool(k.all()) for k in keeps.values()):
+            keep = np.concatenate([keeps[s] for s in sorted(keeps)])
+            cols = [c[keep] for c in cols]
+            rows = int(np.count_nonzero(keep))
+        return {
+            key: cols[index[position[name]]] if name else np.full(rows, NULL, np.int64)
+            for key, name in zip(keys, names, strict=True)
+        }
+
+    return result
+
+
+def _read_fields(
+    reader: Reader,
+    pages: PageFile,
+    leaves: np.ndarray,
+    fields: list[int],
+    count: Callable[[], int],
+    check: Callable[[int, list[np.ndarray]], int],
+) -> Callable[[], tuple[list[np.ndarray], int, int]]:
+    """Batches of ``leaves`` decoded on the reader's threads into columns sized by ``count()``.
+
+    ``check(first row, the batch's slices of the columns)`` runs after each batch and
+    returns a number to add up. The function returned waits for every batch and yields
+    (one int64 column per field, rows, the sum of the checks); it raises ``NotPlain``
+    when a batch is not plain or the rows are not ``count()``.
+    """
+    per = max(1, BATCH_BYTES // pages.page_size)
+    batches = [leaves[i : i + per] for i in range(0, leaves.size, per)]
+    placement = _Placement(len(batches), len(fields))
+
+    def counted() -> int:
         try:
-            head = os.pread(fd, 100, 0)
-            size = os.fstat(fd).st_size
-        except OSError:
-            os.close(fd)
-            return None
-        page_size = int.from_bytes(head[16:18], "big") if len(head) == 100 else 0
-        page_size = 65536 if page_size == 1 else page_size
-        usable = page_size - (head[20] if len(head) == 100 else 0)
-        if (
-            len(head) < 100
-            or not head.startswith(MAGIC)
-            or head[18:20] != b"\x01\x01"  # 2 is WAL
-            or page_size < 512
-            or page_size & (page_size - 1)
-            or usable < 480
-        ):
-            os.close(fd)
-            return None
-        pages = size // page_size
-        declared = int.from_bytes(head[28:32], "big")
-        if declared and head[24:28] == head[92:96]:  # the in-header size is valid
-            pages = min(pages, declared)
-        return cls(fd, page_size, usable, pages)
+            placement.allocate(count())
+        except BaseException:
+            placement.fail()
+            raise
+        return 0
 
-    def close(self) -> None:
-        os.close(self.fd)
+    def one(i: int, batch: np.ndarray) -> int:
+        try:
+            pages.decode(batch, fields, NULL, lambda n: placement.place(i, n))
+            return check(*placement.placed(i))
+        except BaseException:
+            placement.fail()
+            raise
 
-    def leaves(self, root: int) -> np.ndarray:
-        """Leaf page numbers of the table B-tree at ``root``, in key order (one level at a time)."""
-        level = np.array([root], np.int64)
-        seen = 1
-        for _ in range(_MAX_DEPTH):
-            if bool(np.any((level < 2) | (level > self.pages))):
-                raise NotPlain
-            buf, base = self._read(level[:1])
-            if buf[base[0]] == LEAF:  # the tree is balanced: a level of leaves (each batch checks its own)
-                return level
-            buf, base = self._read(level)
-            if not bool(np.all(buf[base] == INTERIOR)):
-                raise NotPlain
-            ncell = _be16(buf, base + 3)
-            if bool(np.any(12 + 2 * ncell > self.usable)):
-                raise NotPlain
-            # Each page's children: its cells' left pointers in order, then its right-most pointer.
-            per = ncell + 1
-            n = int(per.sum())
-            page_base = np.repeat(base, per)
-            k = np.arange(n) - np.repeat(np.cumsum(per) - per, per)
-            right = k == np.repeat(ncell, per)
-            ptr = _be16(buf, page_base + 12 + 2 * k)
-            if bool(np.any(~right & ((ptr < 12 + 2 * np.repeat(ncell, per)) | (ptr > self.usable - 4)))):
-                raise NotPlain
-            level = _be32(buf, page_base + np.where(right, 8, ptr))
-            seen += n
-            if seen > self.pages:
-                raise NotPlain
-        raise NotPlain
+    futures = [reader.run(counted), *(reader.run(one, i, b) for i, b in enumerate(batches))]
 
-    def read_fields(
-        self,
-        leaves: np.ndarray,
-        fields: Sequence[int],
-        null: int,
-        submit: Callable[..., Any],
-        count: Callable[[], int],
-        check: Callable[[int, list[np.ndarray]], int],
-    ) -> Callable[[], tuple[list[np.ndarray], int, int]]:
-        """Schedule the decoding of ``fields`` on these leaves, batch by batch, with ``submit`` (a pool's).
-
-        Each batch writes its rows straight into columns sized by ``count()`` (SQLite's row
-        count, scheduled first), right after the rows of the batch before it, then calls
-        ``check(first row, its slices of the columns)``, which may edit them and returns a
-        number to add up. Returns a function that waits for every batch and yields (one int64
-        column per field, rows, the sum of the checks); it raises ``NotPlain`` when any batch
-        is not plain or the rows are not SQLite's count.
-        """
-        per = max(1, BATCH_BYTES // self.page_size)
-        batches = [leaves[i : i + per] for i in range(0, leaves.size, per)]
-        placement = _Placement(len(batches), len(fields))
-
-        def counted() -> int:
+    def result() -> tuple[list[np.ndarray], int, int]:
+        # Every batch is waited for, even after a failure: none may still be writing.
+        errors, total = [], 0
+        for f in futures:
             try:
-                placement.allocate(count())
-            except BaseException:
-                placement.fail()
-                raise
-            return 0
+                total += f.result()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return placement.finish(), placement.total, total
 
-        def one(i: int, batch: np.ndarray) -> int:
-            try:
-                return self._decode(batch, fields, null, lambda n: placement.place(i, n), check)
-            except BaseException:
-                placement.fail()
-                raise
-
-        futures = [submit(counted), *(submit(one, i, b) for i, b in enumerate(batches))]
-
-        def result() -> tuple[list[np.ndarray], int, int]:
-            # Every batch is waited for, even after a failure: none may still be writing.
-            errors, total = [], 0
-            for f in futures:
-                try:
-                    total += f.result()
-                except Exception as exc:
-                    errors.append(exc)
-            if errors:
-                raise errors[0]
-            return placement.finish(), placement.total, total
-
-        return result
-
-    def _decode(
-        self,
-        leaves: np.ndarray,
-        cids: Sequence[int],
-        null: int,
-        place: Callable[[int], tuple[int, list[np.ndarray]]],
-        check: Callable[[int, list[np.ndarray]], int],
-    ) -> int:
-        """Fields ``cids`` (record positions) of every row on these leaf pages into their place, NULL as ``null``."""
-        buf, base = self._read(leaves)
-        usable = self.usable
-        if not bool(np.all(buf[base] == LEAF)):
-            raise NotPlain
-        ncell = _be16(buf, base + 3)
-        if bool(np.any(8 + 2 * ncell > usable)):
-            raise NotPlain
-        n = int(ncell.sum())
-        start, out = place(n)
-        # Cell k of a page: its pointer is at 8 + 2k; the cell lies after the pointer array.
-        page_base = np.repeat(base, ncell)
-        at = np.arange(n, dtype=np.int64)
-        at <<= 1
-        at += np.repeat(base + 8 - 2 * (np.cumsum(ncell) - ncell), ncell)
-        ptr = _be16(buf, at)
-        if bool(np.any((ptr < np.repeat(8 + 2 * ncell, ncell)) | (ptr > usable - 4))):
-            raise NotPlain
-        rec = np.add(page_base, ptr, out=at)
-        payload, length = _varint(buf, rec)
-        rec += length
-        rec += _varint_length(buf, rec)  # the rowid: B-tree order is rowid order
-        rec -= page_base
-        # No overflow pages: the whole record lies on the page.
-        if bool(np.any((payload < 1) | (payload > usable - 35) | (rec + payload > usable))):
-            raise NotPlain
-        rec += page_base
-        del page_base, ptr, length
-        m = max(cids, default=-1) + 1
-        hsize = buf[rec]
-        # A one-byte header size and one-byte serial types for every field up to the last needed one.
-        if bool(np.any((hsize >= 0x80) | (hsize < 1 + m) | (hsize > payload))):
-            raise NotPlain
-        types = np.empty((m, n), np.uint8)
-        for j in range(m):
-            np.take(buf, rec + (1 + j), out=types[j])
-        lo, hi = (types.min(axis=1).tolist(), types.max(axis=1).tolist()) if m else ([], [])
-        if any(h >= 0x80 for h in hi):
-            raise NotPlain
-        # Where each field ends in the body: a constant, plus a per-row part from the fields whose type varies.
-        const, var = 0, None
-        ends: dict[int, tuple[int, np.ndarray | None]] = {}
-        for j in range(m):
-            if lo[j] == hi[j]:
-                if _SIZE[lo[j]] < 0:
-                    raise NotPlain  # a reserved serial type
-                const += int(_SIZE[lo[j]])
-            else:
-                size = _SIZE[types[j]]
-                if bool(np.any(size < 0)):
-                    raise NotPlain
-                var = size if var is None else var + size
-            ends[j] = (const, var)
-        if m and bool(np.any(hsize + (const if var is None else var + const) > payload)):
-            raise NotPlain
-        del payload
-        body = rec
-        body += hsize
-        body -= 8
-        del hsize
-        window = np.ndarray((buf.size - 7,), ">i8", buf, 0, (1,))  # 8 bytes at any offset, big-endian
-        add = np.zeros(128, np.int64)
-        add[[0, 9]] = [null, 1]
-        at = np.empty(n, np.int64)
-        for c, dst in zip(cids, out, strict=True):
-            const, var = ends[c]
-            np.add(body, const if var is None else var, out=at)
-            if const and var is not None:
-                at += const
-            if lo[c] == hi[c]:  # one type on every row: one shift, or no bytes at all
-                if not _INTEGER[lo[c]]:
-                    raise NotPlain  # a float, text or blob: SQL judges it
-                shift = int(_SHIFT[lo[c]])
-                if shift == 64:
-                    dst.fill(int(add[lo[c]]))
-                    continue
-                dst[...] = window[at]  # the 8 bytes ending where the field ends
-                if shift:
-                    dst <<= shift
-                    dst >>= shift
-                continue
-            t = types[c]
-            if not bool(np.all(_INTEGER[t])):
-                raise NotPlain
-            dst[...] = window[at]
-            shift = _SHIFT[t]
-            dst <<= shift
-            dst >>= shift
-            dst += add[t]
-        return check(start, out)
-
-    def _read(self, pgnos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pages into one padded buffer, and each page's offset in it; runs are read with one call."""
-        ps = self.page_size
-        size = _PAD + pgnos.size * ps + _PAD
-        buf = getattr(self._scratch, "buf", None)
-        if buf is None or buf.size < size:  # one buffer per thread: re-faulting 2 MB a batch costs more than it
-            buf = self._scratch.buf = np.zeros(size, np.uint8)
-        buf = buf[:size]
-        buf[-_PAD:] = 0
-        mem = buf.data
-        cut = (np.flatnonzero(np.diff(pgnos) != 1) + 1).tolist()
-        for a, b in zip([0, *cut], [*cut, pgnos.size], strict=True):
-            want = (b - a) * ps
-            if os.preadv(self.fd, [mem[_PAD + a * ps : _PAD + b * ps]], (int(pgnos[a]) - 1) * ps) != want:
-                raise NotPlain
-        return buf, _PAD + np.arange(pgnos.size, dtype=np.int64) * ps
+    return result
 
 
 class _Placement:
@@ -308,12 +169,10 @@ class _Placement:
             self._columns = [np.empty(total, np.int64) for _ in range(self._width)]
             self._cv.notify_all()
 
-    def place(self, i: int, n: int) -> tuple[int, list[np.ndarray]]:
-        """(first row, the columns' slices) for batch ``i`` of ``n`` rows, once batch i-1 has its place."""
+    def place(self, i: int, n: int) -> list[np.ndarray]:
+        """The columns' slices for batch ``i`` of ``n`` rows, once batch i-1 has its place."""
         with self._cv:
-            self._cv.wait_for(
-                lambda: self._failed or (self._columns is not None and (i == 0 or self._ends[i - 1] >= 0))
-            )
+            self._cv.wait_for(lambda: self._failed or self._ready(i))
             if self._failed or self._columns is None:
                 raise NotPlain
             start = self._ends[i - 1] if i else 0
@@ -323,7 +182,13 @@ class _Placement:
                 raise NotPlain
             self._ends[i] = start + n
             self._cv.notify_all()
-            return start, [c[start : start + n] for c in self._columns]
+        return self.placed(i)[1]
+
+    def placed(self, i: int) -> tuple[int, list[np.ndarray]]:
+        """(first row, the columns' slices) of batch ``i``, once placed."""
+        start, end = self._ends[i - 1] if i else 0, self._ends[i]
+        assert self._columns is not None and end >= 0
+        return start, [c[start:end] for c in self._columns]
 
     def _ready(self, i: int) -> bool:
         return self._columns is not None and (i == 0 or self._ends[i - 1] >= 0)
@@ -341,47 +206,31 @@ class _Placement:
         return self._columns
 
 
-def _nonempty(path: str) -> bool:
+def _stored_column(sql: str) -> str | None:
+    """The column a spec's SQL names: "" for ``NULL`` (an absent column), None for any other expression."""
+    if sql == "NULL":
+        return ""
+    m = _QUOTED.match(sql)
+    return m.group(1) if m else None
+
+
+def layout(con: sqlite3.Connection, table: str) -> tuple[int, dict[str, int]] | None:
+    """(root page, {column: field position in the record}) of a plain rowid table, else None.
+
+    Not plain: a view or virtual table, generated or hidden columns (not stored in field
+    order), and primary-key columns (an INTEGER PRIMARY KEY is the rowid, stored as NULL).
+    """
+    row = con.execute("SELECT type, rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    if row is None or row[0] != "table" or not isinstance(row[1], int) or row[1] < 2:
+        return None
     try:
-        return os.path.getsize(path) > 0
-    except OSError:
-        return False
-
-
-def _be16(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return (buf[at].astype(np.int64) << 8) | buf[at + 1]
-
-
-def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    return as_strided(buf, (buf.size - 4, 4), (1, 1))[at].view(">u4").ravel().astype(np.int64)
-
-
-def _varint(buf: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(value, length in bytes) of the varint at each offset, for values below 2**56."""
-    b = buf[at]
-    value = (b & 0x7F).astype(np.int64)
-    length = np.ones(at.size, np.int64)
-    more = np.flatnonzero(b >= 0x80)
-    for k in range(1, 8):
-        if more.size == 0:
-            return value, length
-        b = buf[at[more] + k]
-        value[more] = (value[more] << 7) | (b & 0x7F)
-        length[more] += 1
-        more = more[b >= 0x80]
-    if more.size:
-        raise NotPlain  # a payload this large has overflow pages anyway
-    return value, length
-
-
-def _varint_length(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Length in bytes of the varint at each offset (1 to 9)."""
-    length = np.ones(at.size, np.int64)
-    more = np.flatnonzero(buf[at] >= 0x80)
-    for k in range(1, 8):
-        if more.size == 0:
-            break
-        length[more] += 1
-        more = more[buf[at[more] + k] >= 0x80]
-    length[more] += 1  # the ninth byte always ends it
-    return length
+        info = con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+    except sqlite3.Error:
+        return None
+    position = {}
+    for i, (cid, name, _type, _notnull, _default, pk, hidden) in enumerate(info):
+        if cid != i or hidden:
+            return None
+        if not pk:
+            position[name] = i
+    return row[1], position

@@ -34,13 +34,13 @@ EXPORTS = [
 def paths_taken(monkeypatch):
     """Tables read through SQL, by name (a table read from its pages never reaches SQL)."""
     sql: list[str] = []
-    original = Reader._submit_sql
+    original = nsys_sql.read_chunks
 
-    def spy(self, table, *args):
+    def spy(reader, table, *args):
         sql.append(table)
-        return original(self, table, *args)
+        return original(reader, table, *args)
 
-    monkeypatch.setattr(Reader, "_submit_sql", spy)
+    monkeypatch.setattr(nsys_sql, "read_chunks", spy)
     return sql
 
 
