@@ -22,7 +22,7 @@ _MAX_DEPTH = 32
 # Per one-byte serial type: bytes in the record body (-1: reserved), whether it is an integer
 # or NULL, and the shift that sign-extends a big-endian 8-byte window ending at the field's end
 # (64 clears it: NULL, 0 and 1 have no body); then the value to add (NULL marker, 1).
-_SIZE = np.zeros(128, np.int16)
+_SIZE = np.zeros(128, np.int32)
 _SIZE[:12] = [0, 1, 2, 3, 4, 6, 8, 8, 0, 0, -1, -1]
 _SIZE[12:] = (np.arange(12, 128) - 12) // 2
 _INTEGER = np.zeros(128, bool)
