@@ -661,10 +661,3 @@ def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray | None) 
     ok = (pos < a_idx.size) & (a_key[pos_ok] == g_key)
     launch[g_idx[ok]] = a_idx[pos_ok[ok]]
     return launch
-    order = np.argsort(a_key, kind="stable")  # ties: earliest event first (api_idx ascends)
-    a_key, a_idx = a_key[order], api_idx[order]
-    pos = np.searchsorted(a_key, g_key, "left")
-    pos_ok = np.minimum(pos, a_idx.size - 1)
-    ok = (pos < a_idx.size) & (a_key[pos_ok] == g_key)
-    launch[g_idx[ok]] = a_idx[pos_ok[ok]]
-    return launch

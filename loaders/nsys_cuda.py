@@ -102,14 +102,14 @@ def _z(col: np.ndarray) -> np.ndarray:
     return np.where(col == NULL, 0, col)
 
 
-def _z_(col: np.ndarray) -> np.ndarray:
+def _nulls_to_0(col: np.ndarray) -> np.ndarray:
     """NULL read as 0, in place, for a column read with a range starting at 0 (NULL is below every value)."""
     return np.maximum(col, 0, out=col)
 
 
 def _unpack_lane(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    _z_(cols["dev"])
-    _z_(cols["stream"])
+    _nulls_to_0(cols["dev"])
+    _nulls_to_0(cols["stream"])
     return cols
 
 
@@ -215,10 +215,10 @@ def read_kernels(ctx: Context) -> PartReader:
 def _packed(cols: dict[str, np.ndarray], *fields: tuple[str, int]) -> np.ndarray:
     """The columns, NULL read as 0, each shifted left by its bits and OR-ed together; they are used up."""
     (first, shift), *rest = fields
-    out = _z_(cols.pop(first))
+    out = _nulls_to_0(cols.pop(first))
     out <<= shift
     for key, bits in rest:
-        col = _z_(cols.pop(key))
+        col = _nulls_to_0(cols.pop(key))
         if bits:
             col <<= bits
         out |= col
