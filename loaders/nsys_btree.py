@@ -197,6 +197,8 @@ class PageFile:
                 if shift:
                     dst <<= shift
                     dst >>= shift
+                elif bool(np.any(dst == null)):
+                    raise NotPlain  # a stored value that reads like NULL: a filter on it must see which
                 continue
             t = types[c]
             if not bool(np.all(_INTEGER[t])):
@@ -206,6 +208,8 @@ class PageFile:
             dst <<= shift
             dst >>= shift
             dst += add[t]
+            if lo[c] <= 6 <= hi[c] and bool(np.any((dst == null) & (t == 6))):
+                raise NotPlain
 
     def _read(self, pgnos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages into one padded buffer, and each page's offset in it; runs are read with one call."""

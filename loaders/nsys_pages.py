@@ -66,7 +66,7 @@ def read_pages(
         return None
     index = {f: j for j, f in enumerate(fields)}
     judged = [(index[position[name]], spec) for name, spec in zip(names, specs, strict=True) if name]
-    keeps: dict[int, np.ndarray] = {}  # first row of a batch -> which of its rows the Drop keeps
+    keeps: dict[tuple[int, int], np.ndarray] = {}  # (first row, rows) of a batch -> the rows the Drop keeps
 
     def count() -> int:
         return int(reader.con().execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
@@ -77,7 +77,7 @@ def read_pages(
         if drop is not None:
             col = cols[index[position[drop[0]]]]
             keep = np.where(col == NULL, 0, col) != drop[1]
-            keeps[start] = keep
+            keeps[start, keep.size] = keep
         return sum(in_range(cols[j], spec, keep) for j, spec in judged)
 
     read = _read_fields(reader, pages, leaves, fields, count, check)
