@@ -153,6 +153,16 @@ def test_plain_table_is_read_from_pages(tmp_path, paths_taken):
     assert paths_taken == []
 
 
+def test_extreme_rowids_are_nine_byte_varints(tmp_path, paths_taken):
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.executemany("INSERT INTO t (rowid, a) VALUES (?, ?)", [(-(2**63), 1), (2**63 - 1, 2), (5, 3), (2**56, 4)])
+    con.commit()
+    con.close()
+    assert _read(tmp_path / "t.sqlite", {"a": '"a"'}) == {"a": [1, 3, 4, 2]}
+    assert paths_taken == []
+
+
 @pytest.mark.parametrize(
     ("ddl", "rows", "wal"),
     [
