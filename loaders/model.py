@@ -501,8 +501,8 @@ def build_columns(
             if cols.get(key) is not None:
                 cols[key] = np.asarray(cols[key])[keep]
     lanes, cols["lane"] = _used_lanes(lanes, np.asarray(cols["lane"], dtype=np.int32))
-    cols["bytes"] = np.array(cols["bytes"], dtype=np.int64)
-    cols["corr"] = np.array(cols["corr"], dtype=np.int64)
+    cols["bytes"] = _writable(cols["bytes"])
+    cols["corr"] = _writable(cols["corr"])
     check_columns(cols["bytes"], cols["corr"], repairs)
     names, details = clean_texts(names, repairs), clean_texts(details, repairs)
     if repairs:
@@ -520,22 +520,26 @@ def build_columns(
     end_s = end[order]
     del end
     depth = pack_depths(lane_s, start_s, end_s)
-    # Final order (lane, depth, start): each row contiguous and sorted. One gather per column.
-    key = lane_s.astype(np.int64)
-    key <<= 16
-    key += depth
-    order2 = np.argsort(key, kind="stable")
-    del key
-    final = order[order2]
-    del order
-    lane = lane_s[order2]
-    del lane_s
-    depth = depth[order2]
-    start_ns = start_s[order2]
-    del start_s
+    if depth.any():
+        # Final order (lane, depth, start): each row contiguous and sorted. One gather per column.
+        key = lane_s.astype(np.int64)
+        key <<= 16
+        key += depth
+        order2 = np.argsort(key, kind="stable")
+        del key
+        final = order[order2]
+        del order
+        lane = lane_s[order2]
+        del lane_s
+        depth = depth[order2]
+        start_ns = start_s[order2]
+        del start_s
+        end_ns = end_s[order2]
+        del end_s, order2
+    else:  # nothing overlaps: (lane, start) order is already (lane, depth, start) order
+        final, lane, start_ns, end_ns = order, lane_s, start_s, end_s
+        del order, lane_s, start_s, end_s
     start_ns -= origin
-    end_ns = end_s[order2]
-    del end_s, order2
     end_ns -= origin
     out = {}
     for name, dtype in _DTYPES.items():
@@ -579,6 +583,12 @@ def build_columns(
     )
 
 
+def _writable(col: np.ndarray) -> np.ndarray:
+    """An int64 column the builder may edit in place: the caller's own unless it is read-only."""
+    out = np.asarray(col, dtype=np.int64)
+    return out if out.flags.writeable else out.copy()
+
+
 def _used_lanes(lanes: list[Lane], lane: np.ndarray) -> tuple[list[Lane], np.ndarray]:
     """Lanes that kept events (the boundary may have skipped all of a lane's), renumbered densely."""
     if not lanes:
@@ -620,15 +630,31 @@ def link_launches(kind: np.ndarray, corr: np.ndarray, scope: np.ndarray | None) 
     del gpu
     if api_idx.size == 0 or g_idx.size == 0:
         return launch
-    # One int64 key per (scope, correlation): dense scope code in the high bits.
+    # One int64 key per (scope, correlation): a dense scope code, then the id.
     mask = (1 << 40) - 1
     a_key, g_key = corr[api_idx] & mask, corr[g_idx] & mask
+    span = max(int(a_key.max()), int(g_key.max())) + 1
+    a_code: np.ndarray | int = 0
+    g_code: np.ndarray | int = 0
+    scopes = 1
     if scope is not None:
         a_scope, g_scope = scope[api_idx], scope[g_idx]
-        known = np.unique(np.concatenate((a_scope, g_scope)))
-        a_key |= np.searchsorted(known, a_scope).astype(np.int64) << 40
-        g_key |= np.searchsorted(known, g_scope).astype(np.int64) << 40
-    order = np.lexsort((api_idx, a_key))  # ties: earliest event first
+        if min(int(a_scope.min()), int(g_scope.min())) != max(int(a_scope.max()), int(g_scope.max())):
+            known = np.union1d(np.unique(a_scope), np.unique(g_scope))  # any one-to-one code pairs the same
+            scopes = known.size
+            a_code, g_code = np.searchsorted(known, a_scope), np.searchsorted(known, g_scope)
+        del a_scope, g_scope
+    if scopes * span <= 4 * api_idx.size + (1 << 20):
+        # Dense ids (the usual case): a table from key to the earliest call, no sort.
+        a_key += a_code * span
+        g_key += g_code * span
+        table = np.full(scopes * span, -1, np.int64)
+        table[a_key[::-1]] = api_idx[::-1]  # the last write wins: each key's earliest call
+        launch[g_idx] = table[g_key]
+        return launch
+    a_key |= np.left_shift(a_code, 40, dtype=np.int64)
+    g_key |= np.left_shift(g_code, 40, dtype=np.int64)
+    order = np.argsort(a_key, kind="stable")  # ties: earliest event first (api_idx ascends)
     a_key, a_idx = a_key[order], api_idx[order]
     pos = np.searchsorted(a_key, g_key, "left")
     pos_ok = np.minimum(pos, a_idx.size - 1)

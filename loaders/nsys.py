@@ -13,7 +13,6 @@ import sqlite3
 import numpy as np
 
 from gaplens.loaders import heap
-from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import Progress
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_columns
 from gaplens.loaders.nsys_cuda import (
@@ -32,7 +31,7 @@ from gaplens.loaders.nsys_cuda import (
 )
 from gaplens.loaders.nsys_files import resolve, sqlite_uri
 from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
-from gaplens.loaders.nsys_parts import Context, Interner, Part, factorize
+from gaplens.loaders.nsys_parts import Context, Interner, LaneKeys, Part
 from gaplens.loaders.nsys_sql import NULL, Reader, Schema, read_meta, read_strings
 from gaplens.loaders.text import shorten
 from gaplens.loaders.validate import Repairs, check_events, int_or_none
@@ -48,7 +47,8 @@ def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trac
     db, immutable = resolve(path, progress)
     reader = Reader(sqlite_uri(db, immutable))
     try:
-        return _load(reader, path, progress)
+        with heap.big_load():
+            return _load(reader, path, progress)
     except sqlite3.Error as exc:
         raise TraceError(_sql_message(path, exc)) from None
     except UnicodeDecodeError as exc:
@@ -96,7 +96,6 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
         "profiler overhead": read_overhead(ctx),
     }
     _run_readers(reader, readers, got, progress)
-    heap.trim()  # the reading threads' text buffers
     nvtx, nvtx_threads = read_nvtx(ctx)
     got["NVTX"] = nvtx
     parts = [_usable_rows(label, p, ctx.repairs) for label, p in got.items() if p is not None and len(p)]
@@ -111,30 +110,31 @@ def _load(reader: Reader, path: str, progress: Progress | None) -> Trace:
     if progress is not None:
         progress("building", 0.9)
     counts = {label: len(part) if part is not None else 0 for label, part in got.items()}
-    ev = Part.concat(parts)
+    keys = LaneKeys()
+    ev = _joined(parts, keys)
     del parts
     got.clear()
-    keep = check_events(ev.start, ev.end, ctx.repairs, open_end=ev.end == OPEN_END)
+    keep = check_events(ev["start"], ev["end"], ctx.repairs, open_end=ev["end"] == OPEN_END)
     if not keep.all():
-        ev = ev.take(keep)
+        ev = {k: v[keep] for k, v in ev.items()}
+    del keep
     _close_open_ranges(ev, ctx)
 
-    lanes, lane_of = _lanes(ev)
+    lanes, lane_of = keys.lanes(ev.pop("lane"))
     meta = _meta(path, kv, con, schema, counts, ev, lanes, nvtx_threads, warnings, ctx.repairs)
     # The builder drops each column once it is sorted into place: hand it the only references.
     cols = {
         "lane": lane_of,
-        "start": ev.start,
-        "end": ev.end,
-        "name_id": ev.name,
-        "kind": ev.kind,
-        "corr": ev.corr,
-        "bytes": ev.nbytes,
-        "detail_id": ev.detail,
-        "scope": ev.scope,
+        "start": ev.pop("start"),
+        "end": ev.pop("end"),
+        "name_id": ev.pop("name"),
+        "kind": ev.pop("kind"),
+        "corr": ev.pop("corr"),
+        "bytes": ev.pop("nbytes"),
+        "detail_id": ev.pop("detail"),
+        "scope": ev.pop("scope"),
     }
-    del ev, lane_of
-    heap.trim()
+    del ev, lane_of  # no trim here: inside heap.big_load() the builder reuses what the readers freed
     trace = build_columns(meta, lanes, ctx.names.values(), ctx.details.values(), cols, ctx.repairs)
     if progress is not None:
         progress("done", 1.0)
@@ -180,25 +180,25 @@ def _usable_rows(label: str, part: Part, repairs: Repairs) -> Part:
     return part
 
 
-def _close_open_ranges(ev: Part, ctx: Context) -> None:
+def _joined(parts: list[Part], keys: LaneKeys) -> dict[str, np.ndarray]:
+    """The Parts' rows as one set of columns, lanes as raw lane numbers; each part's column is dropped once joined."""
+    out = {"lane": np.concatenate([keys.codes(p) for p in parts])}
+    for f in ("lane_kind", "start", "end", "name", "kind", "corr", "scope", "nbytes", "detail"):
+        out[f] = np.concatenate([getattr(p, f) for p in parts])
+        for p in parts:
+            setattr(p, f, None)
+    return out
+
+
+def _close_open_ranges(ev: dict[str, np.ndarray], ctx: Context) -> None:
     """NVTX ranges with a NULL end run to the end of the trace."""
-    open_ = ev.end == OPEN_END
+    start, end = ev["start"], ev["end"]
+    open_ = end == OPEN_END
     if open_.any():
-        closed = ev.end[~open_]
-        trace_end = max(int(ev.start.max()), int(closed.max()) if closed.size else int(ev.start.max()))
-        ev.end[open_] = trace_end
+        closed = end[~open_]
+        trace_end = max(int(start.max()), int(closed.max()) if closed.size else int(start.max()))
+        end[open_] = trace_end
         ctx.repairs.add("NVTX ranges with no end drawn open until the end of the trace", int(open_.sum()))
-
-
-def _lanes(ev: Part) -> tuple[list[Lane], np.ndarray]:
-    """Lanes from raw keys (kind, pid/device, tid/stream), in display order."""
-    key = (ev.lane_kind.astype(np.int64) << 57) | ((ev.lane_a + 1) << 33) | (ev.lane_b + 1)
-    inverse, ukeys = factorize(key)
-    raw = [
-        (LaneKind(int(k >> 57)), int((k >> 33) & 0xFFFFFF) - 1, int(k & ((1 << 33) - 1)) - 1) for k in ukeys.tolist()
-    ]
-    lanes, remap = ordered_lanes(raw)
-    return lanes, remap[inverse]
 
 
 def _meta(
@@ -207,7 +207,7 @@ def _meta(
     con: sqlite3.Connection,
     schema: Schema,
     got: dict[str, int],
-    ev: Part,
+    ev: dict[str, np.ndarray],
     lanes: list[Lane],
     nvtx_threads: dict[tuple[int, int], str],
     warnings: list[str],
@@ -259,8 +259,8 @@ def _meta(
 
     meta.devices = _devices(con, schema, lanes, repairs)
     pids = {ln.pid for ln in lanes if ln.kind in _HOST_LANES}
-    gpu = np.isin(ev.lane_kind, [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
-    pids |= {int(p) for p in np.unique((ev.scope[gpu] >> 24) & 0xFFFFFF).tolist() if p}
+    gpu = np.isin(ev["lane_kind"], [int(LaneKind.STREAM), int(LaneKind.GPU_SYNC)])
+    pids |= {int(p) for p in np.unique((ev["scope"][gpu] >> 24) & 0xFFFFFF).tolist() if p}
     meta.processes = _process_names(con, schema, pids)
     meta.threads = _thread_names(con, schema, {(ln.pid, ln.tid) for ln in lanes if ln.kind in _HOST_LANES})
     for key, name in nvtx_threads.items():

@@ -11,15 +11,24 @@ from collections.abc import Generator
 import numpy as np
 
 from gaplens.loaders.model import Kind, LaneKind
-from gaplens.loaders.nsys_parts import Context, Part, api_display_name, factorize, first_index, process_scope, split_tid
-from gaplens.loaders.nsys_sql import NULL, Columns, Int, read_enum
+from gaplens.loaders.nsys_parts import (
+    TID_MASK,
+    Context,
+    Part,
+    api_display_name,
+    factorize,
+    first_index,
+    process_scope,
+    split_tid,
+)
+from gaplens.loaders.nsys_sql import NULL, Columns, Drop, Int, Where, read_enum
 from gaplens.loaders.syncs import sync_detail
 from gaplens.loaders.validate import MAX_BYTES, TIME_LIMIT_NS
 
 #: A table reader: yields one (table, {key: integer column}, where) request, is sent the
 #: fetched int64 columns, and returns its Part. Requests of all tables are scheduled
 #: before any result is awaited, so both cores fetch even when every table is small.
-PartReader = Generator[tuple[str, dict[str, Int], str], dict[str, np.ndarray], "Part | None"]
+PartReader = Generator[tuple[str, dict[str, Int], Where], dict[str, np.ndarray], "Part | None"]
 
 # Ranges of the guarded columns: what the packings below and the lane keys can hold.
 ID31 = (1 << 31) - 1  # StringIds ids (two are packed into one integer)
@@ -84,7 +93,7 @@ def _gpu_exprs(c: Columns) -> dict[str, Int]:
     }
 
 
-def _request(c: Columns, exprs: dict[str, Int], where: str = "") -> tuple[str, dict[str, Int], str]:
+def _request(c: Columns, exprs: dict[str, Int], where: Where = "") -> tuple[str, dict[str, Int], Where]:
     return c.table, exprs, where
 
 
@@ -93,17 +102,28 @@ def _z(col: np.ndarray) -> np.ndarray:
     return np.where(col == NULL, 0, col)
 
 
+def _nulls_to_0(col: np.ndarray) -> np.ndarray:
+    """NULL read as 0, in place, for a column read with a range starting at 0 (NULL is below every value)."""
+    return np.maximum(col, 0, out=col)
+
+
 def _unpack_lane(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    cols["dev"], cols["stream"] = _z(cols["dev"]), _z(cols["stream"])
+    _nulls_to_0(cols["dev"])
+    _nulls_to_0(cols["stream"])
     return cols
 
 
 def _corr(cols: dict[str, np.ndarray]) -> np.ndarray:
-    return np.where(cols["corr"] == NULL, -1, cols["corr"])
+    """Correlation ids with NULL read as -1, in place (their range starts at 0)."""
+    return np.maximum(cols["corr"], -1, out=cols["corr"])
 
 
 def _scope(cols: dict[str, np.ndarray]) -> np.ndarray:
-    return process_scope(np.where(cols["pid"] == NULL, 0, cols["pid"]))
+    """The process bits of ``globalPid``, NULL read as process 0, in place."""
+    pid = cols["pid"]
+    np.putmask(pid, pid == NULL, 0)
+    pid &= ~np.int64(TID_MASK)
+    return pid
 
 
 def read_api(ctx: Context) -> PartReader:
@@ -111,17 +131,20 @@ def read_api(ctx: Context) -> PartReader:
     c = Columns(ctx.schema, RUNTIME)
     if not _usable(ctx, c):
         return None
-    where = f'ifnull("eventClass", 0) != {BACKTRACE_CLASS}' if c.has("eventClass") else ""
+    where: Where = Drop("eventClass", BACKTRACE_CLASS) if c.has("eventClass") else ""
     exprs = _time(c) | {
         "tid": c.int("globalTid"),
         "corr": c.int("correlationId", lo=0, hi=CORR),
         "name": c.int("nameId", lo=0, hi=ID31),
     }
     cols = yield _request(c, exprs, where)
-    cols["tid"] = _z(cols["tid"])
-    pid, tid = split_tid(cols["tid"])
-    name = ctx.names.map_ids(cols["name"], lambda s: api_display_name(ctx.string(s)), "CUDA API")
-    raw = ctx.details.map_ids(cols["name"], lambda s: _raw_if_suffixed(ctx.string(s)))
+    gtid = cols["tid"]
+    np.putmask(gtid, gtid == NULL, 0)
+    pid, tid = split_tid(gtid)
+    gtid &= ~np.int64(TID_MASK)  # now the process scope
+    inverse, ids = factorize(cols["name"])  # one factorization for both lookups
+    name = ctx.names.lut(ids, lambda s: api_display_name(ctx.string(s)), "CUDA API")[inverse]
+    raw = ctx.details.lut(ids, lambda s: _raw_if_suffixed(ctx.string(s)), "?")[inverse]
     return Part.make(
         LaneKind.CUDA_API,
         pid,
@@ -131,7 +154,7 @@ def read_api(ctx: Context) -> PartReader:
         name,
         Kind.CUDA_API,
         _corr(cols),
-        process_scope(cols["tid"]),
+        gtid,
         detail=raw,
     )
 
@@ -159,14 +182,21 @@ def read_kernels(ctx: Context) -> PartReader:
         "ds": c.int("dynamicSharedMemory", lo=0, hi=(1 << 24) - 1),
     }
     cols = _unpack_lane((yield _request(c, exprs)))
-    short = np.where(cols["short"] == NULL, cols["dem"], cols["short"])
-    cols["dem"] = np.where(cols["dem"] == NULL, np.where(short == NULL, -1, short), cols["dem"])
-    name = ctx.names.map_ids(np.where(short == NULL, -1, short), ctx.string, "kernel")
+    short, dem = cols.pop("short"), cols["dem"]
+    gap = short == NULL
+    short[gap] = dem[gap]
+    gap = dem == NULL
+    if gap.any():
+        dem[gap] = np.where(short[gap] == NULL, -1, short[gap])
+    np.maximum(short, -1, out=short)  # NULL read as -1 (ids start at 0)
+    del gap
+    name = ctx.names.map_ids(short, ctx.string, "kernel")
+    del short
     # Launch geometry packed into three exact integers (the ranges above keep them apart),
-    # unpacked once per distinct value.
-    cols["grid"] = (_z(cols["gx"]) << 32) | (_z(cols["gy"]) << 16) | _z(cols["gz"])
-    cols["block"] = (((_z(cols["bx"]) << 11 | _z(cols["by"])) << 11 | _z(cols["bz"])) << 10) | _z(cols["regs"])
-    cols["smem"] = (_z(cols["ss"]) << 24) | _z(cols["ds"])
+    # unpacked once per distinct value; each is built in place of its first column.
+    cols["grid"] = _packed(cols, ("gx", 32), ("gy", 16), ("gz", 0))
+    cols["block"] = _packed(cols, ("bx", 32), ("by", 21), ("bz", 10), ("regs", 0))
+    cols["smem"] = _packed(cols, ("ss", 24), ("ds", 0))
     detail = _kernel_details(ctx, cols)
     return Part.make(
         LaneKind.STREAM,
@@ -182,23 +212,48 @@ def read_kernels(ctx: Context) -> PartReader:
     )
 
 
+def _packed(cols: dict[str, np.ndarray], *fields: tuple[str, int]) -> np.ndarray:
+    """The columns, NULL read as 0, each shifted left by its bits and OR-ed together; they are used up."""
+    (first, shift), *rest = fields
+    out = _nulls_to_0(cols.pop(first))
+    out <<= shift
+    for key, bits in rest:
+        col = _nulls_to_0(cols.pop(key))
+        if bits:
+            col <<= bits
+        out |= col
+    return out
+
+
 def _kernel_details(ctx: Context, cols: dict[str, np.ndarray]) -> np.ndarray:
     """One details string per distinct (demangled name, grid, block, regs, smem)."""
-    keys = np.stack([cols["dem"], cols["grid"], cols["block"], cols["smem"]], axis=1)
-    if keys.shape[0] == 0:
+    keys = [cols.pop("dem"), cols.pop("grid"), cols.pop("block"), cols.pop("smem")]
+    n = keys[0].size
+    if n == 0:
         return np.empty(0, np.int32)
-    u = keys.view(np.uint64)
-    h = u[:, 0] * np.uint64(0x9E3779B97F4A7C15)
-    for j, mult in enumerate((0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5), start=1):
-        h = (h ^ (h >> np.uint64(29))) + u[:, j] * np.uint64(mult)
+    # A hash of the four columns, computed column by column in place of one (n, 4) copy.
+    h = np.multiply(keys[0].view(np.uint64), np.uint64(0x9E3779B97F4A7C15))
+    tmp = np.empty(n, np.uint64)
+    for col, mult in zip(keys[1:], (0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5), strict=True):
+        np.right_shift(h, np.uint64(29), out=tmp)
+        h ^= tmp
+        np.multiply(col.view(np.uint64), np.uint64(mult), out=tmp)
+        h += tmp
     inverse, uniq = factorize(h.view(np.int64))
+    del h
     first = first_index(inverse, uniq.size)
-    if not bool(np.all(keys[first][inverse] == keys)):  # a hash collision: exact but slower
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
+    same = tmp.view(np.int64)
+    for col in keys:  # every row equals its group's first row, or a hash collision: exact but slower
+        np.take(col[first], inverse, out=same)
+        if not np.array_equal(same, col):
+            stacked = np.stack(keys, axis=1)
+            _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            break
+    del tmp, same
     lut = np.empty(first.size, np.int32)
-    for j, row in enumerate(keys[first].tolist()):
-        dem, grid, block, smem = row
+    rows = zip(*(col[first].tolist() for col in keys), strict=True)
+    for j, (dem, grid, block, smem) in enumerate(rows):
         gx, gy, gz = grid >> 32, (grid >> 16) & 0xFFFF, grid & 0xFFFF
         regs, bz, by, bx = block & 1023, (block >> 10) & 2047, (block >> 21) & 2047, block >> 32
         lut[j] = ctx.details.add(

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.loaders import columns
-from gaplens.loaders.model import LaneKind
+from gaplens.loaders.events import ordered_lanes
+from gaplens.loaders.model import Lane, LaneKind
 from gaplens.loaders.nsys_sql import Reader, Schema
 from gaplens.loaders.validate import Repairs
 
@@ -64,10 +65,13 @@ class Interner:
         if raw.size == 0:
             return np.empty(0, np.int32)
         inverse, codes = factorize(raw)
-        lut = np.fromiter(
+        return self.lut(codes, lookup, fallback)[inverse]
+
+    def lut(self, codes: np.ndarray, lookup, fallback: str = "?") -> np.ndarray:
+        """The id of ``lookup(code)`` for each distinct code (``map_ids`` for a column factorized once)."""
+        return np.fromiter(
             (self.add(lookup(int(c)) or fallback) for c in codes.tolist()), dtype=np.int32, count=codes.size
         )
-        return lut[inverse]
 
 
 @dataclass
@@ -104,13 +108,12 @@ class Part:
         n = int(np.asarray(start).size)
 
         def col(x, fill, dtype):
-            if x is None:
-                return np.full(n, fill, dtype=dtype)
-            arr = np.asarray(x, dtype=dtype)
-            return np.full(n, arr, dtype=dtype) if arr.ndim == 0 else arr
+            # A value for every row is a read-only view of one element until the Parts are joined.
+            arr = np.asarray(fill if x is None else x, dtype=dtype)
+            return np.broadcast_to(arr, (n,)) if arr.ndim == 0 else arr
 
         return cls(
-            lane_kind=np.full(n, int(lane_kind), np.int8),
+            lane_kind=col(int(lane_kind), 0, np.int8),
             lane_a=col(a, -1, np.int64),
             lane_b=col(b, -1, np.int64),
             start=col(start, 0, np.int64),
@@ -130,15 +133,45 @@ class Part:
         """The rows where ``keep`` is True."""
         return Part(**{f: getattr(self, f)[keep] for f in Part.__dataclass_fields__})
 
-    @staticmethod
-    def concat(parts: list[Part]) -> Part:
-        """One Part of many, field by field; each field of the parts is dropped once joined."""
-        out = {}
-        for f in Part.__dataclass_fields__:
-            out[f] = np.concatenate([getattr(p, f) for p in parts])
-            for p in parts:
-                setattr(p, f, None)
-        return Part(**out)
+
+class LaneKeys:
+    """Raw lane keys of many Parts (kind, pid or device, tid or stream in one int64), numbered as first seen."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, int] = {}
+
+    def codes(self, part: Part) -> np.ndarray:
+        """Each row's raw lane number (int32); the part's lane columns are used up."""
+        if not len(part):
+            return np.empty(0, np.int32)
+        key = np.add(part.lane_b, 1, dtype=np.int64)
+        a = np.add(part.lane_a, 1, dtype=np.int64)
+        a <<= 33
+        key |= a
+        del a
+        key |= np.int64(int(part.lane_kind[0])) << 57  # one lane kind per Part
+        part.lane_a = part.lane_b = np.broadcast_to(np.int64(-1), (len(part),))
+        inverse, uniq = factorize(key)
+        del key
+        lut = np.fromiter((self.ids.setdefault(k, len(self.ids)) for k in uniq.tolist()), np.int32, uniq.size)
+        return lut[inverse]
+
+    def lanes(self, lane: np.ndarray) -> tuple[list[Lane], np.ndarray]:
+        """Lanes of the raw numbers in ``lane`` in display order, and each row's lane id."""
+        n = lane.size
+        first = np.full(len(self.ids), n, np.int64)
+        first[lane[::-1]] = np.arange(n - 1, -1, -1)
+        used = np.flatnonzero(first < n)
+        used = used[np.argsort(first[used], kind="stable")]  # first seen first, as the rows run
+        keys = list(self.ids)
+        raw = [
+            (LaneKind(k >> 57), ((k >> 33) & 0xFFFFFF) - 1, (k & ((1 << 33) - 1)) - 1)
+            for k in (keys[i] for i in used.tolist())
+        ]
+        lanes, remap = ordered_lanes(raw)
+        to_lane = np.zeros(len(keys), np.int32)
+        to_lane[used] = remap
+        return lanes, to_lane[lane]
 
 
 @dataclass

@@ -1,37 +1,48 @@
 """Bulk reads from an nsys SQLite export: schema probing, integer columns into numpy, strings and enums.
 
-Integer columns are fetched as one ``group_concat`` text per column and chunk of rowids
-and parsed by numpy: SQLite formats the numbers in C, nothing is boxed per row, and
-chunks of one table run on two threads (``sqlite3`` releases the GIL while stepping).
-
-SQLite stores any type in any column, so integer columns are read uncast: a chunk in
-which some value is not an integer (text, real, blob) fails its numpy parse and is read
-row by row, where each such value reads as NULL. Values outside a column's range
-(``Int``) read as NULL too; both are counted (``Reader.bad``), never cast into a wrong
-number. A column missing from the table reads as NULL, never as the string literal
-SQLite would make of a double-quoted unknown name. Chunks follow the rowids that exist: sparse or negative
-rowids cost a walk of the table, never an allocation per possible rowid.
+A table's integer columns come from its pages when the table is plain (``nsys_pages``),
+else through SQL in chunks (``nsys_chunks``); both judge values alike (``nsys_ints``):
+NULL, a value that is not an integer and a value outside its column's range read as
+``NULL``, and the last two are counted in ``Reader.bad``.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from gaplens.loaders.nsys_btree import PageFile
+from gaplens.loaders.nsys_chunks import read_chunks
 from gaplens.loaders.nsys_files import connect
+from gaplens.loaders.nsys_ints import NULL, Drop, Int, Spec, Where, as_spec, in_range, judged
+from gaplens.loaders.nsys_pages import read_pages
 from gaplens.loaders.validate import INT64_MAX, INT64_MIN, Repairs, int_or_none
 
-#: Stands in for SQL NULL in integer columns (group_concat would skip NULLs and misalign columns).
-NULL = int(np.iinfo(np.int64).min) + 1
+__all__ = [
+    "NULL",
+    "Columns",
+    "Drop",
+    "Int",
+    "Reader",
+    "Schema",
+    "Spec",
+    "Where",
+    "read_enum",
+    "read_meta",
+    "read_strings",
+]
+
 CHUNK_ROWS = 1 << 17
 WORKERS = 2
+PAGES = True  # decode plain tables from their pages (tests turn it off to compare with SQL)
 
 # Built-in enum labels for exports without ENUM_* tables (2022.2); the file's table wins.
 BUILTIN_ENUMS: dict[str, dict[int, str]] = {
@@ -101,15 +112,6 @@ class Schema:
         return "NULL"
 
 
-@dataclass(frozen=True)
-class Int:
-    """One integer column to read: its SQL (a quoted column name, or ``NULL``) and the range it may hold."""
-
-    sql: str
-    lo: int = INT64_MIN + 2  # INT64_MIN + 1 is the NULL marker
-    hi: int = INT64_MAX - 1  # numpy saturates text past int64 to INT64_MAX
-
-
 class Columns:
     """The integer columns of one table, by name, with their ranges; absent columns read as NULL."""
 
@@ -125,93 +127,6 @@ class Columns:
         return Int(self.schema.col(self.table, *candidates), lo, hi)
 
 
-Spec = Int | str  # a bare string is SQL read with the default range
-
-
-def _spec(value: Spec) -> Int:
-    return value if isinstance(value, Int) else Int(value)
-
-
-def _parse(text: str | None, n: int) -> np.ndarray | None:
-    """The int64 values of a group_concat text, or None when any value is not a plain integer."""
-    if n == 0:
-        return np.empty(0, np.int64)
-    if text is None or text.endswith(","):
-        return None
-    try:
-        arr = np.fromstring(text, dtype=np.int64, sep=",")
-    except ValueError:
-        return None
-    return arr if arr.size == n else None
-
-
-def _chunk_sql(table: str, exprs: Sequence[str], where: str) -> str:
-    # No CAST: a value that is not an integer (text, real, blob) fails the numpy parse of its
-    # chunk, which is then read row by row and judged value by value (``_matrix``).
-    cols = ", ".join(f"group_concat(ifnull({e}, {NULL}))" for e in exprs)
-    cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
-    return f'SELECT count(*), {cols} FROM "{table}" WHERE {cond}'
-
-
-def _slow_chunk(
-    con: sqlite3.Connection, table: str, exprs: Sequence[str], where: str, lo: int, hi: int
-) -> tuple[list[np.ndarray], int]:
-    """Row-by-row read of a chunk holding values that are not plain integers."""
-    cond = f"rowid BETWEEN ? AND ?{f' AND ({where})' if where else ''}"
-    rows = con.execute(f'SELECT {", ".join(exprs)} FROM "{table}" WHERE {cond} ORDER BY rowid', (lo, hi)).fetchall()
-    return _matrix(rows, len(exprs))
-
-
-def _matrix(rows: list[tuple], width: int) -> tuple[list[np.ndarray], int]:
-    """Columns of fetched rows as int64 arrays, and how many values were not integers (read as NULL)."""
-    mat = np.full((len(rows), width), NULL, dtype=np.int64)
-    bad = 0
-    for i, row in enumerate(rows):
-        for j, v in enumerate(row):
-            if v is None:
-                continue
-            iv = None if isinstance(v, bool | float) else int_or_none(v, floats=False)
-            if iv is None:
-                bad += 1
-            else:
-                mat[i, j] = iv
-    return [mat[:, j].copy() for j in range(width)], bad
-
-
-def _in_range(col: np.ndarray, spec: Int) -> int:
-    """Values outside the spec's range become NULL, in place; returns how many."""
-    out = (col != NULL) & ((col < spec.lo) | (col > spec.hi))
-    n = int(out.sum())
-    if n:
-        col[out] = NULL
-    return n
-
-
-def chunk_bounds(con: sqlite3.Connection, table: str, lo: int, hi: int, chunk: int) -> list[tuple[int, int]]:
-    """Rowid ranges of about ``chunk`` rows each, covering [lo, hi].
-
-    Dense rowids (the usual case) give fixed-width ranges. When the spread of rowids is
-    larger than the file could hold rows (sparse, negative or huge rowids), the ranges
-    come from walking the rowids that exist, so their number follows the rows.
-    """
-    pages = con.execute("PRAGMA page_count").fetchone()[0] or 0
-    page_size = con.execute("PRAGMA page_size").fetchone()[0] or 4096
-    most_rows = max(int(pages) * int(page_size) // 2, chunk)
-    if hi - lo < most_rows:
-        return [(a, min(a + chunk - 1, hi)) for a in range(lo, hi + 1, chunk)]
-    bounds = []
-    a = lo
-    sql = f'SELECT rowid FROM "{table}" WHERE rowid >= ? ORDER BY rowid LIMIT 1 OFFSET ?'
-    while a <= hi:
-        row = con.execute(sql, (a, chunk - 1)).fetchone()
-        b = hi if row is None else min(int(row[0]), hi)
-        bounds.append((a, b))
-        if b >= hi:
-            break
-        a = b + 1
-    return bounds
-
-
 class Reader:
     """Integer-column reader over one export, with a connection per worker thread."""
 
@@ -221,6 +136,7 @@ class Reader:
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._pages: PageFile | bool | None = False  # False: not opened yet
         self.bad: dict[str, int] = {}  # values that were not integers or out of range, per table
 
     def con(self) -> sqlite3.Connection:
@@ -239,75 +155,79 @@ class Reader:
         for c in self._all:
             c.close()
         self._all.clear()
+        if isinstance(self._pages, PageFile):
+            self._pages.close()
+        self._pages = False
 
-    def submit(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> Callable[[], dict[str, np.ndarray]]:
+    def submit(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> Callable[[], dict[str, np.ndarray]]:
         """Schedule a read of ``table``'s integer columns (by key) on the worker threads.
 
-        Returns a function that waits for the chunks and yields int64 arrays: NULL, a
-        value that is not an integer and a value outside its column's range all read
-        as ``NULL``; the last two are counted in ``self.bad[table]``. Scheduling every
-        table before waiting keeps both cores busy on small tables too.
+        Returns a function that waits for the reads and yields int64 arrays in rowid order.
+        Scheduling every table before waiting keeps both cores busy on small tables too.
         """
         keys = list(exprs)
-        specs = [_spec(e) for e in exprs.values()]
-        sqls = [sp.sql for sp in specs]
+        specs = [as_spec(e) for e in exprs.values()]
         con = self.con()
+        where_sql = where.sql if isinstance(where, Drop) else where
         try:
-            lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+            # Two subqueries: one query with both aggregates would scan the whole table.
+            lo, hi = con.execute(
+                f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+            ).fetchone()
         except sqlite3.OperationalError:  # WITHOUT ROWID table: one unchunked read
-            rows = con.execute(f'SELECT {", ".join(sqls)} FROM "{table}"' + (f" WHERE {where}" if where else ""))
-            cols, bad = _matrix(rows.fetchall(), len(sqls))
-            self._count(table, bad + sum(_in_range(c, sp) for c, sp in zip(cols, specs, strict=True)))
+            sel = ", ".join(sp.sql for sp in specs)
+            rows = con.execute(f'SELECT {sel} FROM "{table}"' + (f" WHERE {where_sql}" if where_sql else ""))
+            cols, bad = judged(rows.fetchall(), len(specs))
+            self.add_bad(table, bad + sum(in_range(c, sp) for c, sp in zip(cols, specs, strict=True)))
             out = dict(zip(keys, cols, strict=True))
             return lambda: out
         if lo is None:
             empty = {k: np.empty(0, np.int64) for k in keys}
             return lambda: empty
-        sql = _chunk_sql(table, sqls, where)
+        sql_read = functools.partial(read_chunks, self, table, keys, specs, where_sql, int(lo), int(hi), CHUNK_ROWS)
+        pages = self._page_file() if PAGES else None
+        paged = read_pages(self, pages, table, keys, specs, where, sql_read) if pages is not None else None
+        return paged if paged is not None else sql_read()
 
-        def one(bounds: tuple[int, int]) -> list[np.ndarray]:
-            a, b = bounds
-            c = self.con()
-            row = c.execute(sql, (a, b)).fetchone()
-            n = int(row[0])
-            parsed = [_parse(t, n) for t in row[1:]]
-            cols = [x for x in parsed if x is not None]
-            bad = 0
-            if len(cols) < len(parsed):  # some value was not a plain integer
-                cols, bad = _slow_chunk(c, table, sqls, where, a, b)
-            self._count(table, bad + sum(_in_range(col, sp) for col, sp in zip(cols, specs, strict=True)))
-            return cols
-
-        bounds = chunk_bounds(con, table, int(lo), int(hi), CHUNK_ROWS)
+    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` on a worker thread, as a future; called now when there is one worker."""
         if WORKERS < 2:
-            parts = [one(ab) for ab in bounds]
-            futures = None
-        else:
-            if self._pool is None:  # one pool (and one connection per worker) for the whole load
-                self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
-            futures = [self._pool.submit(one, ab) for ab in bounds]
+            return _Done(fn, args)
+        if self._pool is None:  # one pool (and one connection per worker) for the whole load
+            self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
+        return self._pool.submit(fn, *args)
 
-        def result() -> dict[str, np.ndarray]:
-            got: list[list[Any]] = [list(p) for p in (parts if futures is None else (f.result() for f in futures))]
-            if not got:
-                return {k: np.empty(0, np.int64) for k in keys}
-            out = {}
-            for j, k in enumerate(keys):  # column by column, each chunk's column dropped once joined
-                out[k] = np.concatenate([p[j] for p in got])
-                for p in got:
-                    p[j] = None
-            return out
+    def _page_file(self) -> PageFile | None:
+        """The export opened for page reads, once per load; None when it is not a plain file."""
+        if self._pages is False:
+            path = next((row[2] for row in self.con().execute("PRAGMA database_list") if row[1] == "main"), "")
+            self._pages = PageFile.open(path) if path else None
+        return self._pages if isinstance(self._pages, PageFile) else None
 
-        return result
-
-    def _count(self, table: str, n: int) -> None:
+    def add_bad(self, table: str, n: int) -> None:
+        """Count ``n`` values of ``table`` that were not integers or out of range (thread-safe)."""
         if n:
             with self._lock:
                 self.bad[table] = self.bad.get(table, 0) + n
 
-    def ints(self, table: str, exprs: Mapping[str, Spec], where: str = "") -> dict[str, np.ndarray]:
+    def ints(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
+
+
+class _Done:
+    """A call made now, with a future's ``result()`` (the single-thread path)."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._value, self._error = fn(*args), None
+        except Exception as exc:  # re-raised by result(), as a future would
+            self._value, self._error = None, exc
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:

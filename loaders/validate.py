@@ -186,7 +186,7 @@ def check_events(
         repairs.add("ends beyond int64 ns clamped", int(far.sum()))
         end[far] = TIME_LIMIT_NS
     if keep.any():
-        kept = start[keep]
+        kept = start if keep.all() else start[keep]
         lo, hi = int(kept.min()), int(kept.max())
         if hi - lo > MAX_SPAN_NS:
             mid = int(np.median(kept))

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gaplens.loaders.events import EventColumns
-from gaplens.loaders.model import Kind, LaneKind, Meta, clean_name, pack_depths
+from gaplens.loaders.model import GPU_WORK_KINDS, Kind, LaneKind, Meta, clean_name, link_launches, pack_depths
 
 
 def _trace(intervals, lane_key=(LaneKind.CPU_OPS, 1, 1)):
@@ -121,3 +121,35 @@ def test_phase_gpu_span_starts_before_its_first_kernel():
     origin = trace.meta.origin_ns
     assert p.start_ns + origin == 100
     assert p.end_ns + origin == 990
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from([Kind.CUDA_API, Kind.KERNEL, Kind.MEMCPY_HTOD, Kind.SYNC, Kind.CPU_OP, Kind.GRAPH]),
+            st.one_of(st.integers(-3, 40), st.integers(0, 2**62), st.just(2**40 + 5)),
+            st.sampled_from([0, 7 << 24, 9 << 24, -(1 << 24)]),
+        ),
+        max_size=60,
+    ),
+    scoped=st.booleans(),
+)
+def test_launch_links_equal_a_brute_force_search(rows, scoped):
+    """Dense ids (a lookup table) and sparse ones (a sort): each GPU op gets the earliest call of its pair."""
+    kind = np.array([int(k) for k, _, _ in rows], np.int8)
+    corr = np.array([c for _, c, _ in rows], np.int64)
+    scope = np.array([s for _, _, s in rows], np.int64) if scoped else None
+    want = np.full(len(rows), -1, np.int64)
+    gpu = {int(k) for k in (*GPU_WORK_KINDS, Kind.SYNC)}
+    for g, (k, c, s) in enumerate(rows):
+        if int(k) in gpu and c >= 0:
+            want[g] = next(
+                (
+                    i
+                    for i, (ki, ci, si) in enumerate(rows)
+                    if ki == Kind.CUDA_API and ci >= 0 and ci % 2**40 == c % 2**40 and (not scoped or si == s)
+                ),
+                -1,
+            )
+    assert link_launches(kind, corr, scope).tolist() == want.tolist()

@@ -1,4 +1,7 @@
-"""The bulk integer reader equals a plain row-by-row fetch, whatever the table holds and however rowids run."""
+"""The bulk integer reader's SQL path equals a plain row-by-row fetch, whatever the table holds and however rowids run.
+
+(Tables read from their pages are checked against the same fetch in ``test_nsys_pages``.)
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import sqlite3
 import time
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +22,11 @@ INT64 = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 1)
 CELL = st.one_of(INT64, st.none(), st.sampled_from([1.5, 2.0, "12", " 7 ", "x", "1e5", b"\x01", b"12", "9" * 25]))
 ROWID = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 RANGE = Int('"b"', lo=-1000, hi=1000)
+
+
+@pytest.fixture(autouse=True)
+def _through_sql(monkeypatch):
+    monkeypatch.setattr(nsys_sql, "PAGES", False)
 
 
 def _judge(v: object, lo: int, hi: int) -> int:
