@@ -15,6 +15,7 @@ from gaplens.analysis.busy import device_busy
 from gaplens.analysis.phases import phases
 from gaplens.loaders.model import MEMCPY_KINDS, Kind
 from tests.conftest import PUBLIC, SAMPLES, loaded, meta, requires_shared
+from tests.strategies import kineto_events
 
 pytestmark = requires_shared
 
@@ -219,16 +220,7 @@ def test_float_microsecond_era_is_exact():
 
 _TOKENS = [*'ab{}[]",:\\ \n\t/é€\U0001f600', "\\u0041", '\\"']
 _names = st.lists(st.sampled_from(_TOKENS), max_size=8).map("".join)
-_event = st.fixed_dictionaries(
-    {
-        "ph": st.sampled_from(["X", "M", "i"]),
-        "name": _names,
-        "pid": st.one_of(st.integers(0, 9), _names),
-        "tid": st.one_of(st.integers(0, 9), st.just("stream 7")),
-        "ts": st.integers(0, 10**15),
-        "args": st.dictionaries(_names, st.one_of(st.integers(), _names, st.lists(st.integers(), max_size=3))),
-    }
-)
+_event = kineto_events(_names, st.one_of(st.integers(), _names, st.lists(st.integers(), max_size=3)))
 
 
 @settings(max_examples=60, deadline=None)

@@ -21,6 +21,7 @@ from gaplens.loaders import kineto, load
 from gaplens.loaders.jsonblocks import EventBlocks, arrow_input
 from gaplens.loaders.kineto import LoadStats
 from tests.conftest import BUNDLED, PUBLIC, ROOT, SAMPLES
+from tests.strategies import kineto_events
 
 FILES = sorted(
     [
@@ -255,18 +256,8 @@ def test_record_shapes_fields_any_depth(tmp_path, monkeypatch):
 
 
 _names = st.text(st.sampled_from(list('ab{}[]",:\\ /é\n\t')), max_size=6)
-_event = st.fixed_dictionaries(
-    {
-        "ph": st.sampled_from(["X", "M", "i"]),
-        "name": _names,
-        "pid": st.one_of(st.integers(0, 9), _names),
-        "tid": st.one_of(st.integers(0, 9), st.just("stream 7")),
-        "ts": st.integers(0, 10**15),
-        "args": st.dictionaries(
-            _names, st.one_of(st.integers(), _names, st.lists(st.dictionaries(_names, st.integers()), max_size=3))
-        ),
-    }
-)
+_nested = st.lists(st.dictionaries(_names, st.integers()), max_size=3)
+_event = kineto_events(_names, st.one_of(st.integers(), _names, _nested))
 
 
 @settings(max_examples=60, deadline=None)
