@@ -195,9 +195,8 @@ class Context:
         lanes = [
             (kind, a, b) if LaneKind(kind) in GPU_LANES else (kind, host(a), host(b)) for kind, a, b in local.lanes
         ]
-        lane_lut = self.code(self.lanes, lanes)
-        block.lane = lane_lut[block.lane] if block.lane.size else block.lane
-        block.name_id = self.code(self.names, list(local.names))[block.name_id] if local.names else block.name_id
+        block.lane = self.code(self.lanes, lanes)[block.lane]
+        block.name_id = self.code(self.names, list(local.names))[block.name_id]
         block.detail_id = self.code(self.details, list(local.details))[block.detail_id]
         for pid, name in local.processes.items():
             self.processes.setdefault(host(pid), name)
