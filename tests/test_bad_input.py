@@ -97,6 +97,45 @@ def test_corrupt_gzip(tmp_path, capsys):
     _fails(capsys, path, "gzip")
 
 
+@pytest.fixture(params=["zlib-ng", "zlib"])
+def inflater(request, monkeypatch):
+    """Each gzip test runs with zlib-ng and with the stdlib zlib a platform without its wheel falls back to."""
+    import zlib
+
+    from gaplens.loaders import files
+
+    if request.param == "zlib":
+        monkeypatch.setattr(files, "inflate", zlib)
+    else:
+        assert files.inflate is not zlib, "zlib-ng is a dependency on this platform"
+    return request.param
+
+
+def test_gzip_members_and_what_follows_them(tmp_path, inflater):
+    """Concatenated members read as one document; bytes after the last member are dropped with a warning;
+    a cut or corrupt member is a warning after some data, an error before any."""
+    text = _text().encode()
+    half = len(text) // 2
+    whole = load(sample(SMALL), use_cache=False)
+    members = tmp_path / "members.json.gz"
+    members.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    got = load(members, use_cache=False)
+    assert len(got) == len(whole) and got.meta.warnings == whole.meta.warnings
+    junk = tmp_path / "junk.json.gz"
+    junk.write_bytes(gzip.compress(text) + b"not gzip at all")
+    got = load(junk, use_cache=False)
+    assert len(got) == len(whole)
+    assert got.meta.warnings and "15 bytes after the gzip data are not gzip" in got.meta.warnings[0]
+    raw = gzip.compress(text)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(raw[: len(raw) // 2])
+    assert "gzip stream is truncated" in load(cut, use_cache=False).meta.warnings[0]
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(raw[:10] + bytes(b ^ 0x5A for b in raw[10:4000]) + raw[4000:])
+    with pytest.raises(TraceError, match="corrupt gzip data"):
+        load(bad, use_cache=False)
+
+
 def test_json_that_is_not_a_trace(tmp_path, capsys):
     path = tmp_path / "meta.json"
     path.write_bytes(sample("train_step.meta.json").read_bytes())
