@@ -1,9 +1,10 @@
-"""numpy views of Arrow arrays, and first-seen factorisation, without ``pyarrow.compute``.
+"""numpy views of Arrow arrays, and first-seen factorisation.
 
-The readers stay off Arrow's compute module on purpose: its first call builds the
-function registry, ~45 MB of resident memory that a load of a million events cannot
-afford (the target is 200 bytes per event for the whole process). Everything here
-reads the arrays' buffers directly: validity bitmaps, offsets, values.
+Columns are read from the arrays' buffers directly (validity bitmaps, offsets,
+values): ``Array.to_numpy`` would import pandas. Strings are dictionary-encoded by
+Arrow's C++ hash table, which releases the GIL, so blocks classify in parallel; its
+allocations go to the system allocator (``POOL``): Arrow's own pool keeps what it
+frees (+50 MB at 1M events), where malloc hands it to the numpy work that follows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import itertools
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+
+POOL = pa.system_memory_pool()
+_P = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it mixes the words of a row
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -114,28 +119,18 @@ def list_matrix(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Strings:
-    """A string column as offsets into one byte buffer, and its dictionary encoding.
-
-    ``codes`` numbers the distinct values in order of first appearance; ``uniques``
-    holds them as ``bytes``; nulls get the code ``null_code`` (-1 when there are none).
-    """
+    """A string column's dictionary encoding: ``codes`` number the distinct values in order of
+    first appearance, ``uniques`` holds them as ``bytes``; nulls get the code ``null_code``
+    (-1 when there are none)."""
 
     def __init__(self, arr: pa.Array) -> None:
         n = len(arr)
         self.valid = valid(arr)
-        bufs = arr.buffers()
-        if n == 0 or bufs[1] is None or arr.null_count == n:
-            self.offsets = np.zeros(n + 1, np.int64)
-            self.data = np.empty(0, np.uint8)
+        if n == 0 or arr.null_count == n:
+            self.codes, self.uniques = np.zeros(n, np.int64), []
         else:
-            off_dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
-            offsets = np.frombuffer(bufs[1], off_dtype)[arr.offset : arr.offset + n + 1].astype(np.int64)
-            base = int(offsets[0])
-            data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.empty(0, np.uint8)
-            self.data = data[base : int(offsets[-1])]
-            self.offsets = offsets - base
-        self.codes, first = self._encode()
-        self.uniques = [self.data[self.offsets[i] : self.offsets[i + 1]].tobytes() for i in first.tolist()]
+            self.codes, values = _dictionary(arr)
+            self.uniques = _binaries(values)
         self.null_code = -1
         if not self.valid.all():
             self.null_code = len(self.uniques)
@@ -161,76 +156,42 @@ class Strings:
         out = [b.decode("utf-8", "replace") for b in self.uniques]
         return [*out, null] if self.null_code >= 0 else out
 
-    def _encode(self) -> tuple[np.ndarray, np.ndarray]:
-        return encode(self.data, self.offsets)
+
+def _dictionary(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(int64 codes in order of first appearance, the distinct values) of a string or binary column.
+
+    Arrow's hash table in C++, with the GIL released: the parse threads classify their
+    blocks side by side. Null rows get an unspecified code.
+    """
+    enc = pc.dictionary_encode(arr, memory_pool=POOL)
+    indices = enc.indices
+    codes = np.frombuffer(indices.buffers()[1], np.int32)[indices.offset : indices.offset + len(indices)]
+    return codes.astype(np.int64), enc.dictionary
 
 
-_WORDS = 8  # strings up to 64 bytes are encoded as words; longer ones through a dict
-_P = np.uint64(0x9E3779B97F4A7C15)
+def _binaries(values: pa.Array) -> list[bytes]:
+    """The values of a (few-valued) string or binary array without nulls, as bytes."""
+    bufs = values.buffers()
+    if bufs[2] is None:
+        return [b""] * len(values)
+    large = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    offsets = np.frombuffer(bufs[1], np.int64 if large else np.int32)[values.offset : values.offset + len(values) + 1]
+    data = bufs[2].to_pybytes()
+    bounds = offsets.tolist()
+    return [data[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes in order of first appearance, first row of each code) of strings ``data[offsets[i]:offsets[i+1]]``.
-
-    Strings of up to 64 bytes are padded into a few 64-bit words per row, grouped by a
-    hash of the words and then confirmed word for word, so the result is exact;
-    longer strings go through a dict of their bytes. Both cost about what a C++
-    dictionary encoder would.
-    """
-    lengths = np.diff(offsets)
-    n = lengths.size
-    if n == 0:
+    """(codes in order of first appearance, first row of each code) of strings ``data[offsets[i]:offsets[i+1]]``."""
+    n = offsets.size - 1
+    if n <= 0:
         return np.empty(0, np.int64), np.empty(0, np.int64)
-    longest = int(lengths.max())
-    if longest == 0:
-        return np.zeros(n, np.int64), np.zeros(1, np.int64)
-    if longest == 1 and int(lengths.min()) == 1:  # ``ph``: one byte each, the byte is the key
-        return _first_seen(data[offsets[0] : offsets[0] + n])
-    short = lengths <= 8 * _WORDS
-    if short.all():
-        got = _encode_words(data, offsets[:-1], lengths)
-        return got if got is not None else _encode_slowly(data, offsets)
-    if np.count_nonzero(short) * 2 < n:
-        return _encode_slowly(data, offsets)
-    # Mixed: words for the short rows, the dict for the long ones, then one numbering.
-    rows_s, rows_l = np.flatnonzero(short), np.flatnonzero(~short)
-    got = _encode_words(data, offsets[rows_s], lengths[rows_s])
-    if got is None:
-        return _encode_slowly(data, offsets)
-    codes = np.empty(n, np.int64)
-    codes[rows_s] = got[0]
-    raw = data.tobytes()
-    seen: dict[bytes, int] = {}
-    base = int(got[1].size)
-    for i in rows_l.tolist():
-        codes[i] = base + seen.setdefault(raw[offsets[i] : offsets[i + 1]], len(seen))
-    codes, first = _first_seen(codes)
-    return codes, first
-
-
-def _encode_words(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """``encode`` for strings of at most 64 bytes; None on a hash collision (the caller then uses a dict)."""
-    n = lengths.size
-    width = max(1, -(-int(lengths.max()) // 8))
-    stride = 8 * width
-    raw = np.zeros(n * stride, np.uint8)
-    total = int(lengths.sum())
-    if total:
-        # Scatter the bytes of every string into its padded row: work in proportion to the bytes.
-        ends = np.cumsum(lengths)
-        shift = np.repeat(np.arange(0, n * stride, stride) - (ends - lengths), lengths)
-        shift += np.arange(total)
-        contiguous = bool(np.all(starts[1:] == starts[:-1] + lengths[:-1]))
-        if contiguous:
-            raw[shift] = data[starts[0] : starts[0] + total]
-        else:
-            raw[shift] = data[np.repeat(starts - (ends - lengths), lengths) + np.arange(total)]
-    rows = raw.reshape(n, stride)
-    words = rows.view(np.uint64)
-    codes, first = _first_seen(_row_hash(words, lengths.astype(np.uint64)))
-    rep = first[codes]
-    if not (np.array_equal(words, words[rep]) and np.array_equal(lengths, lengths[rep])):
-        return None
+    arr = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(np.ascontiguousarray(offsets, np.int64)), pa.py_buffer(data)]
+    )
+    codes, values = _dictionary(arr)
+    first = np.empty(len(values), np.int64)
+    first[codes[::-1]] = np.arange(n - 1, -1, -1)  # the last write wins: each code's first row
     return codes, first
 
 
@@ -289,16 +250,6 @@ def encode_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return codes, first
     _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)  # a collision
     return _first_seen(first[inverse.reshape(-1)])
-
-
-def _encode_slowly(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    seen: dict[bytes, int] = {}
-    raw = data.tobytes()
-    bounds = offsets.tolist()
-    codes = np.fromiter(
-        (seen.setdefault(raw[a:b], len(seen)) for a, b in itertools.pairwise(bounds)), np.int64, len(bounds) - 1
-    )
-    return codes, np.unique(codes, return_index=True)[1]
 
 
 def _row_hash(words: np.ndarray, h: np.ndarray) -> np.ndarray:

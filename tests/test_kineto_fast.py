@@ -297,7 +297,7 @@ def _decode_all(text: str) -> list:
 
 
 def test_a_headless_load_stays_lean(tmp_path):
-    """Loading (Kineto, nsys, then a cache hit) imports neither pandas nor Textual nor pyarrow.compute."""
+    """Loading (Kineto, nsys, then a cache hit) imports neither pandas nor Textual (~40 MB of RSS together)."""
     import subprocess
     import sys
 
@@ -305,7 +305,7 @@ def test_a_headless_load_stays_lean(tmp_path):
         "import sys; from gaplens.loaders import load\n"
         f"load({str(SAMPLES / 'train_step.json.gz')!r}); load({str(SAMPLES / 'train_step.json.gz')!r})\n"
         f"load({str(SAMPLES / 'nsys_train_step.sqlite.gz')!r}, use_cache=False)\n"
-        "print(sorted(m for m in ('pandas', 'textual', 'pyarrow.compute') if m in sys.modules))"
+        "print(sorted(m for m in ('pandas', 'textual') if m in sys.modules))"
     )
     env = {"GAPLENS_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
