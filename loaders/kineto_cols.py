@@ -312,8 +312,6 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
     ph_texts = ph.texts()
     is_x = np.asarray([p == "X" for p in ph_texts], bool)[ph.codes]
     is_m = np.asarray([p == "M" for p in ph_texts], bool)[ph.codes]
-    if is_m.any():
-        _metadata_rows(ctx, batch, np.flatnonzero(is_m))
     cat = Strings(batch.column("cat"))
     lower = [c.lower() for c in cat.texts()]
     kind_lut = np.asarray(
@@ -335,10 +333,15 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
     ctx.bad_start += int(bad_start.sum())
     ctx.bad_time += int(bad_dur.sum())
     rows = np.flatnonzero(keep)
+    lane_kind = lane_lut[cat.codes[rows]]
+    gpu = np.isin(lane_kind, np.asarray(GPU_LANES, np.int8))
+    meta = _metadata_rows(batch, np.flatnonzero(is_m))
+    _register_named_ids(ctx, batch, meta, rows[~gpu])
+    for _, what, value, pid, tid in meta:
+        _metadata(ctx, what, value, pid, tid)
     if rows.size == 0:
         return Block.empty()
     kind = kind_all[rows]
-    lane_kind = lane_lut[cat.codes[rows]]
     name = Strings(batch.column("name"))
     name_texts = name.texts("None")
     name_codes = name.codes[rows]
@@ -348,7 +351,6 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
 
     args = batch.column("args")
     corr, _ = _int_arg(args, "correlation", -1)
-    gpu = np.isin(lane_kind, np.asarray(GPU_LANES, np.int8))
     a = np.zeros(rows.size, np.int64)
     b = np.zeros(rows.size, np.int64)
     if not gpu.all():
@@ -520,20 +522,60 @@ def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, row
     detail_id[syncs] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
 
 
-def _metadata_rows(ctx: Context, batch: pa.RecordBatch, m: np.ndarray) -> None:
-    """Process and thread names from the (few) ``M`` events; the first name wins."""
+_Meta = tuple[int, str | None, str, int | str, int | str]
+
+
+def _metadata_rows(batch: pa.RecordBatch, m: np.ndarray) -> list[_Meta]:
+    """(row, name, value, pid, tid) of the (few) ``M`` events that carry a name value."""
     rows = m.tolist()
+    if not rows:
+        return []
     names = Strings.at(batch.column("name"), rows)
     values = Strings.at(batch.column("args").field("name"), rows)
     pis, tis = Strings.at(_strings_of(batch, "pis"), rows), Strings.at(_strings_of(batch, "tis"), rows)
     pid_i, tid_i = ints(batch.column("pid"), 0)[m], ints(batch.column("tid"), 0)[m]
     pid_ok, tid_ok = valid(batch.column("pid"))[m], valid(batch.column("tid"))[m]
-    for j in range(len(rows)):
-        if values[j] is None:
+    out: list[_Meta] = []
+    for j, row in enumerate(rows):
+        value = values[j]
+        if value is None:
             continue
-        pid = int(pid_i[j]) if pid_ok[j] else (pis[j] if pis[j] is not None else 0)
-        tid = int(tid_i[j]) if tid_ok[j] else (tis[j] if tis[j] is not None else 0)
-        _metadata(ctx, names[j], values[j], pid, tid)
+        pid_s, tid_s = pis[j], tis[j]
+        pid = int(pid_i[j]) if pid_ok[j] else (pid_s if pid_s is not None else 0)
+        tid = int(tid_i[j]) if tid_ok[j] else (tid_s if tid_s is not None else 0)
+        out.append((row, names[j], value, pid, tid))
+    return out
+
+
+def _register_named_ids(ctx: Context, batch: pa.RecordBatch, meta: list[_Meta], host_rows: np.ndarray) -> None:
+    """Give the block's named pids/tids their ids in the order the per-event reader meets them.
+
+    That reader goes event by event, the pid before the tid, through the ``M`` events that
+    name a process or thread and the kept host events; ``Context.host_id`` numbers a name
+    when first asked, so asking here, in that order, fixes every id before the columns
+    are read.
+    """
+    pis, tis = _strings_of(batch, "pis"), _strings_of(batch, "tis")
+    if pis.null_count == len(pis) and tis.null_count == len(tis):
+        return
+    slots = [host_rows * 2, host_rows * 2 + 1]
+    for at, name, _, _, _ in meta:
+        if name in ("process_name", "thread_name"):
+            slots.append(np.asarray([2 * at], np.int64))
+        if name == "thread_name":
+            slots.append(np.asarray([2 * at + 1], np.int64))
+    slot = np.sort(np.concatenate(slots))
+    row, is_tid = slot >> 1, (slot & 1).astype(bool)
+    texts: list[str | None] = []
+    codes = np.full(slot.size, -1, np.int64)
+    for column, ints_column, which in ((pis, "pid", ~is_tid), (tis, "tid", is_tid)):
+        s = Strings(column)
+        named = which & s.valid[row] & ~valid(batch.column(ints_column))[row]
+        codes[named] = s.codes[row[named]] + len(texts)
+        texts += s.texts()
+    used, first = np.unique(codes[codes >= 0], return_index=True)
+    for code in used[np.argsort(first)].tolist():
+        ctx.host_id(texts[code])
 
 
 def _metadata(ctx: Context, name, value, pid, tid) -> None:

@@ -99,7 +99,8 @@ def test_blocks_classified_apart_merge_into_the_ids_of_one_reading(path, monkeyp
 
 def test_named_pids_met_in_another_order_by_a_later_block(tmp_path, monkeypatch):
     """A block meets "beta" before "alpha" where the file met "alpha" first: its own ids for the two
-    names are swapped against the file's, and the merge must swap them back (lanes, thread names)."""
+    names are swapped against the file's, and the merge must swap them back (lanes, thread names);
+    within a block, names get their ids in the order the per-event reader meets them."""
     _small_blocks(monkeypatch, 1 << 10)
     monkeypatch.setattr(kineto, "WORKERS", 4)
 
@@ -111,14 +112,19 @@ def test_named_pids_met_in_another_order_by_a_later_block(tmp_path, monkeypatch)
     events += [op("beta" if i % 2 else "alpha", "side" if i % 3 else "main", i) for i in range(40, 120)]
     events += [{"ph": "M", "name": "thread_name", "pid": "beta", "tid": "side", "args": {"name": "B"}}]
     events += [op("beta", "side", i) for i in range(120, 160)]
+    # Within one block: a tid named before a new pid, and a thread named after an event of another
+    # new process: ids go event by event, pid before tid, metadata where it stands.
+    events += [op("alpha", "late", 160), op("delta", "late", 161)]
+    events += [{"ph": "M", "name": "thread_name", "pid": "gamma", "tid": "gt", "args": {"name": "G"}}]
+    events += [op("gamma", "gt", 162)]
     path = _write(tmp_path, {"traceEvents": events}, "named.json", indent=2)
     stats = LoadStats()
     got = load(path, use_cache=False, stats=stats)
     want = _per_event(monkeypatch, path)
     assert stats.layout_blocks > 5
     _same(got, want)
-    assert sorted(got.meta.threads.values()) == ["A", "B"] and got.meta.threads == want.meta.threads
-    assert len({(ln.pid, ln.tid) for ln in got.lanes}) == 4
+    assert sorted(got.meta.threads.values()) == ["A", "B", "G"] and got.meta.threads == want.meta.threads
+    assert len({(ln.pid, ln.tid) for ln in got.lanes}) == 7
 
 
 def test_kineto_layout_is_cut_at_its_separator():
