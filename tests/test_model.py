@@ -6,6 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gaplens.loaders import model
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.model import GPU_WORK_KINDS, Kind, LaneKind, Meta, clean_name, link_launches, pack_depths
 
@@ -153,3 +154,52 @@ def test_launch_links_equal_a_brute_force_search(rows, scoped):
                 -1,
             )
     assert link_launches(kind, corr, scope).tolist() == want.tolist()
+
+
+def _stacked(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[int]:
+    """Depth by a stack walk: for slices that nest perfectly, the one right answer."""
+    out, stack, prev = [], [], None
+    for ln, s, e in zip(lane.tolist(), start.tolist(), end.tolist(), strict=True):
+        if ln != prev:
+            stack, prev = [], ln
+        while stack and stack[-1] <= s:
+            stack.pop()
+        out.append(len(stack))
+        stack.append(e)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 25)), min_size=1, max_size=80),
+    st.booleans(),
+    st.sampled_from([1, 3, 7, 1 << 18]),
+)
+def test_depths_separate_every_overlap_whatever_the_lane_groups(events, nested, group):
+    """No two events share a (lane, depth) row and overlap; perfect nesting gets the stack's depth;
+    packing lanes a few events at a time (``PACK_GROUP``) gives what one pass gives."""
+    lane = np.array([e[0] for e in events], np.int32)
+    start = np.array([e[1] for e in events], np.int64)
+    end = start + np.array([e[2] for e in events], np.int64)
+    if nested:  # children inside their parent: cut each end at the end of the slice open around it
+        order = np.lexsort((start - end, start, lane))
+        lane, start, end = lane[order], start[order], end[order]
+        for i in range(1, len(events)):
+            for j in range(i - 1, -1, -1):
+                if lane[j] == lane[i] and start[i] < end[j]:
+                    end[i] = max(start[i], min(end[i], end[j]))
+                    break
+    order = np.lexsort((start - end, start, lane))
+    lane, start, end = lane[order], start[order], end[order]
+    whole = pack_depths(lane, start, end)
+    saved, model.PACK_GROUP = model.PACK_GROUP, group
+    try:
+        depth = pack_depths(lane, start, end)
+    finally:
+        model.PACK_GROUP = saved
+    assert depth.tolist() == whole.tolist()
+    for key in set(zip(lane.tolist(), depth.tolist(), strict=True)):
+        row = np.flatnonzero((lane == key[0]) & (depth == key[1]))
+        assert np.all(start[row][1:] >= end[row][:-1])
+    if nested:
+        assert depth.tolist() == _stacked(lane, start, end)
