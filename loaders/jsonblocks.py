@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.loaders.jsonframe import array_start, split_block, top_level
+from gaplens.loaders.jsonframe import array_start, find_byte, split_block, top_level
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True
@@ -34,14 +34,24 @@ class Piece:
     """One block of whole events, in file order.
 
     ``gap`` is the separator of a layout block, whose ``data`` is the raw text
-    ``{…}<gap>{…}``; for a block cut by structure ``gap`` is None and ``data`` is
-    NDJSON (a uint8 array, string pids/tids renamed ``pis``/``tis``).
+    ``{…}<gap>{…}`` (a bytearray: ``arrow_input`` blanks the separators' commas in place,
+    noting where in ``blanked``, so a block in flight is held once; ``raw`` puts them back);
+    for a block cut by structure ``gap`` is None and ``data`` is NDJSON (a uint8 array,
+    string pids/tids renamed ``pis``/``tis``).
     """
 
     seq: int
-    data: bytes | np.ndarray
+    data: bytearray | np.ndarray
     gap: bytes | None
     offset: int  # position in the decompressed document of the block's first byte (layout blocks)
+    blanked: np.ndarray | None = None
+
+    def raw(self) -> bytes:
+        """The block's text as framed."""
+        if self.blanked is not None:
+            np.frombuffer(self.data, np.uint8)[self.blanked] = 44  # the commas
+            self.blanked = None
+        return bytes(self.data)
 
 
 @dataclass
@@ -116,7 +126,7 @@ class EventBlocks:
             raise ValueError(f"piece {seq} cannot be rewound to")
         gap = pieces[0].gap
         rest = self._tail if self._tail is not None else b"".join(self._parts)
-        raw = gap.join(bytes(p.data) for p in pieces) + gap + rest
+        raw = gap.join(p.raw() for p in pieces) + gap + rest
         self._parts, self._size, self._offset = [raw], len(raw), pieces[0].offset
         self._handed.clear()
         self._gap, self._layout_allowed, self._tail = None, False, None
@@ -153,7 +163,7 @@ class EventBlocks:
         self._parts, self._size = [rest], len(rest)
         self._offset += consumed
 
-    def _next_piece(self, data: bytes | np.ndarray, gap: bytes | None, offset: int) -> Piece:
+    def _next_piece(self, data: bytearray | np.ndarray, gap: bytes | None, offset: int) -> Piece:
         piece = Piece(self._seq, data, gap, offset)
         self._seq += 1
         return piece
@@ -163,7 +173,14 @@ class EventBlocks:
         gap = self._gap
         assert gap is not None
         buf = b"".join(self._parts)
-        cut = buf.rfind(b"}" + gap + b"{") if not self._exhausted else -1
+        sep = b"}" + gap + b"{"
+        cut = -1
+        if not self._exhausted:
+            # At most a block (what a block in flight weighs does not grow with the gunzip's
+            # chunks), unless a single event is longer than that.
+            cut = buf.rfind(sep, 0, self._block + len(sep))
+            if cut < 0:
+                cut = buf.rfind(sep)
         if cut < 0:
             if self._exhausted:
                 # The end of the array and what follows it: cut by structure, which finds them.
@@ -173,7 +190,7 @@ class EventBlocks:
                 return None
             self._parts, self._grow = [buf], True
             return None
-        piece = self._next_piece(buf[: cut + 1], gap, self._offset)
+        piece = self._next_piece(bytearray(memoryview(buf)[: cut + 1]), gap, self._offset)
         self._handed.append(piece)
         skip = cut + 1 + len(gap)
         self._keep(buf[skip:], skip)
@@ -238,27 +255,29 @@ def frame_events(chunks: Iterable[bytes], framed: Framed, block_size: int = 2 <<
 def arrow_input(piece: Piece, twins: dict[bytes, bytes]) -> tuple[np.ndarray, np.ndarray]:
     """(text Arrow reads as whitespace-separated objects, position that ends each event but the last).
 
-    A layout piece gets the comma of every separator blanked; in both kinds the string
-    values of the keys in ``twins`` move to the twin key (same length), so that Arrow
-    sees one type per field.
+    A layout piece gets the comma of every separator blanked, in place; in both kinds the
+    string values of the keys in ``twins`` move to the twin key (same length), so that Arrow
+    sees one type per field, in a copy (the per-event fallback reads the keys as written).
     """
     if piece.gap is None:
         text = np.asarray(piece.data, dtype=np.uint8)
-        if twins:
-            text = text.copy()  # the piece stays as framed, for the per-event fallback
-        ends = np.flatnonzero(text == 10)
+        ends = find_byte(text, 10)
+    elif piece.blanked is not None:  # parsed before (a retry after learning a twin)
+        text, ends = np.frombuffer(piece.data, np.uint8), piece.blanked
     else:
         gap = piece.gap
-        text = np.frombuffer(bytearray(piece.data), np.uint8)
+        text = np.frombuffer(piece.data, np.uint8)
         k = len(gap)
-        brace = np.flatnonzero(text == 123)
+        brace = find_byte(text, 123)
         brace = brace[brace > k]
         ok = text[brace - k - 1] == 125
         for j, byte in enumerate(gap):
             ok &= text[brace - k + j] == byte
         ends = brace[ok] - k + gap.index(b",")
         text[ends] = 32
+        piece.blanked = ends
     if twins:
+        text = text.copy()
         rename_string_values(text, twins)
     return text, ends
 
@@ -269,7 +288,7 @@ def rename_string_values(text: np.ndarray, twins: dict[bytes, bytes]) -> None:
     Finds colons right after a closing quote and right before an opening quote (one
     space allowed between), then compares the key bytes: vectorised over the block.
     """
-    colon = np.flatnonzero(text == 58)
+    colon = find_byte(text, 58)
     colon = colon[(colon > 1) & (colon + 2 < text.size)]
     after = np.where(text[colon + 1] == 32, colon + 2, colon + 1)
     colon = colon[(text[after] == 34) & (text[colon - 1] == 34)]

@@ -22,6 +22,18 @@ _NL_TO_SPACE[[10, 13]] = 32
 _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _RBRACKET = 34, 92, 123, 125, 44, 93
 
 
+_SCAN = 1 << 20  # bytes compared at a time by ``find_byte``
+
+
+def find_byte(text: np.ndarray, byte: int) -> np.ndarray:
+    """Positions of ``byte`` in ``text``, compared a megabyte at a time: a whole block's mask
+    would add its size again to every block in flight (each parse thread keeps its peak)."""
+    parts = [np.flatnonzero(text[a : a + _SCAN] == byte) + a for a in range(0, text.size, _SCAN)]
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
 def string_quotes(arr: np.ndarray) -> np.ndarray:
     """Positions of the quotes that open or close strings (escaped quotes removed)."""
     q = np.flatnonzero(arr == _QUOTE)

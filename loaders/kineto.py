@@ -27,7 +27,7 @@ import re
 import threading
 from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -246,6 +246,7 @@ def _read_all(
         if block is None:  # a layout block Arrow refused: cut it and everything after by structure
             for _, later in pending:
                 later.cancel()
+            wait([later for _, later in pending])  # running ones still blank their pieces' commas
             pending.clear()
             blocks.rewind(piece.seq)
             stats.rewinds += 1

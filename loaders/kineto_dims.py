@@ -19,6 +19,7 @@ import numpy as np
 import orjson
 
 from gaplens.loaders.columns import encode_slices
+from gaplens.loaders.jsonframe import find_byte
 
 _LIST_BYTES = np.zeros(256, dtype=bool)
 _LIST_BYTES[list(b"[]0123456789, -\t\n\r")] = True
@@ -49,7 +50,7 @@ def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     """
     empty = np.empty(0, np.int64)
     n = text.size
-    quote = np.flatnonzero(text == 73) - 1  # the 'I' of "Input
+    quote = find_byte(text, 73) - 1  # the 'I' of "Input
     quote = quote[(quote >= 0) & (quote + 16 < n)]
     for j, byte in enumerate(_KEY):
         if j == 1:
@@ -108,7 +109,11 @@ def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _value_ends(text: np.ndarray, value: np.ndarray, width: int) -> np.ndarray:
     """Position of each list value's last ``]``; -1 when its bytes do not make a list of integers, -2 when
-    it runs past ``width`` bytes."""
+    it runs past ``width`` bytes. Rows go ~128k bytes at a time: the (rows x width) temporaries
+    of a whole block would weigh more than its text."""
+    step = max(1, (1 << 17) // width)
+    if value.size > step:
+        return np.concatenate([_value_ends(text, value[a : a + step], width) for a in range(0, value.size, step)])
     col = np.arange(width)
     at = value[:, None] + col
     chars = text[np.minimum(at, text.size - 1)]
