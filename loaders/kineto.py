@@ -35,8 +35,9 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from gaplens.loaders import heap
+from gaplens.loaders.columns import POOL
 from gaplens.loaders.events import ordered_lanes
-from gaplens.loaders.files import Progress, Source
+from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
 from gaplens.loaders.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
 from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Context, Dims, from_arrow, schema, twin
 from gaplens.loaders.kineto_dims import find_dims
@@ -54,20 +55,19 @@ from gaplens.loaders.model import (
 )
 from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs, saturating_end
 
-# Bytes of JSON per Arrow parse. Each block's classification has a fixed cost in Python (held
-# under the GIL), so bigger blocks scale better across threads: 4 MB loaded a 5M-event trace in
-# 6.6 s on 8 threads where 1 MB took 11 s (16-core host); blocks in flight weigh on memory.
-BLOCK_SIZE = 4 << 20
-# Parse threads: one per core, at least two, at most four: more blocks in flight cost ~20 MB
-# each, and past four threads the GIL-held parts of a block keep the rest waiting.
-WORKERS = max(2, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2))
-AHEAD = WORKERS + 1  # blocks framed ahead of the merge
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+# Bytes of JSON per Arrow parse, and parse threads (one per core, within bounds). A block in
+# flight holds ~4x its size (Arrow's parse, the table, the classification's temporaries) and
+# workers + 1 are in flight, each thread keeping its own peak: on the 16-core H200 host, 2 MB
+# on four threads peaked at 203 B/event for 1.26M events (2.4 s), 4 MB on eight at 313 (1.7 s).
+# Past ~1 GB of JSON that fixed cost is small per event and the bigger shape pays: 5.1M events
+# loaded in 5.1 s at 141 B/event, against 7.0 s with 2 MB blocks on six threads.
+BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(4, _CORES))
+BIG_BLOCK_SIZE, BIG_WORKERS = 4 << 20, max(2, min(8, _CORES))
+BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
 # Classified blocks are joined in runs: small arrays freed early are reused by the next
 # blocks, and the big joined ones go straight back to the OS when the Trace is built.
 JOIN_EVERY = 32
-# The system allocator gives freed parse buffers back to malloc, where the numpy work
-# after parsing reuses them; Arrow's default pool keeps them to itself (+50 MB at 1M events).
-_POOL = pa.system_memory_pool()
 _MIXED = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (?:string|number|array)")
 _SCALE = re.compile(r"Failed to convert JSON to decimal128\(\d+, \d+\).* requires scale (\d+)")
 _ARG_TWINS = {f"/args/{k}": k for k in TWIN_KEYS if k not in ("pid", "tid")} | {"/pid": "pid", "/tid": "tid"}
@@ -149,7 +149,7 @@ def _read_json(text: np.ndarray, options: pj.ParseOptions) -> pa.Table:
     """Arrow's reader on one block: a single chunk, so events may span lines; the pool threads run blocks."""
     read = pj.ReadOptions(use_threads=False, block_size=max(text.size + 1, 1 << 16))
     source = pa.BufferReader(pa.py_buffer(text))
-    return pj.read_json(source, read_options=read, parse_options=options, memory_pool=_POOL)
+    return pj.read_json(source, read_options=read, parse_options=options, memory_pool=POOL)
 
 
 class _Prefetch:
@@ -199,14 +199,16 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     """Read a Kineto trace file (plain or gzip) into a Trace."""
     stats = stats if stats is not None else LoadStats()
     source = Source(path, progress)
+    json_bytes = source.size * (10 if read_head(path, 2) == GZIP_MAGIC else 1)
+    block, workers = (BIG_BLOCK_SIZE, BIG_WORKERS) if json_bytes >= BIG_JSON else (BLOCK_SIZE, WORKERS)
     ctx = Context()
     reader = _Reader()
     blocks_out: list[Block] = []
     prefetch = _Prefetch(source.chunks())
     try:
-        blocks = EventBlocks(iter(prefetch), BLOCK_SIZE)
-        with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gaplens-parse") as pool:
-            _read_all(blocks, reader, pool, ctx, stats, blocks_out)
+        blocks = EventBlocks(iter(prefetch), block)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaplens-parse") as pool:
+            _read_all(blocks, reader, pool, workers + 1, ctx, stats, blocks_out)
     finally:
         prefetch.close()
     # A cut gzip stream also cuts the JSON: one line says both.
@@ -226,14 +228,21 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
 
 
 def _read_all(
-    blocks: EventBlocks, reader: _Reader, pool: ThreadPoolExecutor, ctx: Context, stats: LoadStats, out: list[Block]
+    blocks: EventBlocks,
+    reader: _Reader,
+    pool: ThreadPoolExecutor,
+    ahead: int,
+    ctx: Context,
+    stats: LoadStats,
+    out: list[Block],
 ) -> None:
-    """Frame ahead, parse on the pool, classify here in file order; rewind the framer when a layout block fails."""
+    """Frame ``ahead`` blocks, parse them on the pool, merge here in file order; rewind the framer when a
+    layout block fails."""
     pending: deque[tuple[Piece, Future]] = deque()
     more = True
     fresh = 0  # blocks appended since the last join
     while True:
-        while more and len(pending) < AHEAD:
+        while more and len(pending) < ahead:
             piece = next(blocks, None)
             if piece is None:
                 more = False

@@ -85,7 +85,6 @@ def test_blocks_classified_apart_merge_into_the_ids_of_one_reading(path, monkeyp
         whole = load(path, use_cache=False)  # one block: one Context, as a single thread reads it
     _small_blocks(monkeypatch, 1 << 11)
     monkeypatch.setattr(kineto, "WORKERS", 4)
-    monkeypatch.setattr(kineto, "AHEAD", 5)
     stats = LoadStats()
     got = load(path, use_cache=False, stats=stats)
     assert stats.layout_blocks + stats.structure_blocks >= 3
@@ -127,13 +126,19 @@ def test_named_pids_met_in_another_order_by_a_later_block(tmp_path, monkeypatch)
     assert len({(ln.pid, ln.tid) for ln in got.lanes}) == 7
 
 
-def test_kineto_layout_is_cut_at_its_separator():
-    """A 40 MB trace from the writer: every block but the first and the tail is cut at '},\\n  {'."""
+def test_kineto_layout_is_cut_at_its_separator(monkeypatch):
+    """A 40 MB trace from the writer: every block but the first and the tail is cut at '},\\n  {';
+    a trace estimated past BIG_JSON is cut in the bigger blocks."""
     stats = LoadStats()
     path = SAMPLES / "decode_eager.json.gz"
     load(path, use_cache=False, stats=stats)
-    blocks = len(gzip.decompress(path.read_bytes())) // kineto.BLOCK_SIZE
-    assert stats.layout_blocks >= blocks - 2 and stats.structure_blocks <= 2 and stats.rewinds == 0, stats
+    size = len(gzip.decompress(path.read_bytes()))
+    assert stats.layout_blocks >= size // kineto.BLOCK_SIZE - 2 and stats.structure_blocks <= 2, stats
+    assert stats.rewinds == 0
+    monkeypatch.setattr(kineto, "BIG_JSON", 1)
+    big = LoadStats()
+    load(path, use_cache=False, stats=big)
+    assert size // kineto.BIG_BLOCK_SIZE - 2 <= big.layout_blocks <= size // kineto.BIG_BLOCK_SIZE + 2, big
 
 
 def _write(tmp_path: Path, doc, name: str, **dump) -> Path:
