@@ -326,7 +326,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Re
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
     start = cat("start", np.int64)
     start += base
-    end = saturating_end(start, cat("dur", np.int64))
+    end = saturating_end(start, cat("dur", np.int64), in_place=True)
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
     kind = cat("kind", np.int8)
@@ -353,7 +353,7 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Re
 
 
 def _lacks(kind: np.ndarray) -> list[str]:
-    present = set(np.unique(kind).tolist())
+    present = set(np.flatnonzero(np.bincount(kind.view(np.uint8), minlength=256)).tolist())
     lacks = []
     if not present & {int(k) for k in CPU_KINDS}:
         lacks.append("cpu")

@@ -152,11 +152,16 @@ def time_ns(value: object) -> int | None:
     return ns if ns is not None and -TIME_LIMIT_NS <= ns <= TIME_LIMIT_NS else None
 
 
-def saturating_end(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """``start + max(dur, 0)`` without wrapping past int64."""
-    dur = np.maximum(np.asarray(dur, np.int64), 0)
-    room = INT64_MAX - np.maximum(start, 0)
-    return start + np.minimum(dur, room)
+def saturating_end(start: np.ndarray, dur: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """``start + max(dur, 0)`` without wrapping past int64 (``in_place``: into ``dur``, an int64 column)."""
+    end = dur if in_place else np.array(dur, np.int64)
+    np.maximum(end, 0, out=end)
+    room = np.maximum(start, 0)
+    np.subtract(INT64_MAX, room, out=room)
+    np.minimum(end, room, out=end)
+    del room
+    end += start
+    return end
 
 
 # ---- events -----------------------------------------------------------------------
