@@ -58,7 +58,8 @@ from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs,
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
 # Bytes of JSON per Arrow parse, and parse threads (one per core, within bounds). A block in
 # flight holds ~4x its size (Arrow's parse, the table, the classification's temporaries) and
-# workers + 1 are in flight, each thread keeping its own peak: on the 16-core H200 host, 2 MB
+# as many are in flight as threads (one more measured no faster, and up to 20 MB bigger),
+# each thread keeping its own peak: on the 16-core H200 host, 2 MB
 # on four threads peaked at 203 B/event for 1.26M events (2.4 s), 4 MB on eight at 313 (1.7 s).
 # Past ~1 GB of JSON that fixed cost is small per event and the bigger shape pays: 5.1M events
 # loaded in 5.1 s at 141 B/event, against 7.0 s with 2 MB blocks on six threads.
@@ -212,7 +213,7 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     try:
         blocks = EventBlocks(iter(prefetch), block)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaplens-parse") as pool:
-            _read_all(blocks, reader, pool, workers + 1, ctx, stats, blocks_out)
+            _read_all(blocks, reader, pool, workers, ctx, stats, blocks_out)
     finally:
         prefetch.close()
     # A cut gzip stream also cuts the JSON: one line says both.
