@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from gaplens.loaders.model import TraceError
 
-# zlib-ng inflates 3-5x faster than the system zlib (the gunzip thread paces a big load); same API and errors.
+# zlib-ng inflates 2-5x faster than the system zlib (the gunzip thread paces a big load); same API and errors.
 inflate: Any = zlib  # on a platform without its wheel
 with contextlib.suppress(ImportError):
     from zlib_ng import zlib_ng as inflate
