@@ -59,10 +59,10 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else o
 # Bytes of JSON per Arrow parse, and parse threads (one per core, within bounds). A block in
 # flight holds ~4x its size (Arrow's parse, the table, the classification's temporaries) and
 # as many are in flight as threads (one more measured no faster, and up to 20 MB bigger),
-# each thread keeping its own peak: on the 16-core H200 host, 2 MB
-# on four threads peaked at 203 B/event for 1.26M events (2.4 s), 4 MB on eight at 313 (1.7 s).
-# Past ~1 GB of JSON that fixed cost is small per event and the bigger shape pays: 5.1M events
-# loaded in 5.1 s at 141 B/event, against 7.0 s with 2 MB blocks on six threads.
+# each thread keeping its own peak: on the 16-core H200 host, 2 MB on four threads peaked at
+# 203 B/event for a file of 1.26M events (2.4 s), 4 MB on eight at 295 (1.7 s). Past ~1 GB
+# of JSON that fixed cost is small per event and the bigger shape pays: 5.1M events loaded
+# in 5.1 s at 104 B/event, against 7.0 s with 2 MB blocks on six threads.
 BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(4, _CORES))
 BIG_BLOCK_SIZE, BIG_WORKERS = 4 << 20, max(2, min(8, _CORES))
 BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
