@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import platform
 import re
 import time
 
@@ -106,8 +107,10 @@ def inflater(request, monkeypatch):
 
     if request.param == "zlib":
         monkeypatch.setattr(files, "inflate", zlib)
-    else:
-        assert files.inflate is not zlib, "zlib-ng is a dependency on this platform"
+    elif files.inflate is zlib:  # pyproject's marker: the platforms zlib-ng has wheels for
+        if platform.machine() in ("x86_64", "AMD64", "aarch64", "arm64"):
+            pytest.fail("zlib-ng is a dependency on this platform, yet the loader runs on zlib")
+        pytest.skip("no zlib-ng wheel for this platform")
     return request.param
 
 
