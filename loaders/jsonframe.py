@@ -36,8 +36,8 @@ def find_byte(text: np.ndarray, byte: int) -> np.ndarray:
 
 def string_quotes(arr: np.ndarray) -> np.ndarray:
     """Positions of the quotes that open or close strings (escaped quotes removed)."""
-    q = np.flatnonzero(arr == _QUOTE)
-    bs = np.flatnonzero(arr == _BACKSLASH)
+    q = find_byte(arr, _QUOTE)
+    bs = find_byte(arr, _BACKSLASH)
     if bs.size:
         # In a run of backslashes, the 1st, 3rd, ... escape the following byte.
         run_start = np.concatenate(([True], np.diff(bs) != 1))

@@ -441,14 +441,13 @@ def _stack_depths(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     """Stack walk tolerant of partial overlap: a slice that outlives its parent stays deeper."""
     out = np.zeros(start.size, dtype=np.int16)
     stack: list[int] = []  # end times of open slices, by depth
-    cap = np.iinfo(np.int16).max
     prev_lane = None
     for i, (ln, si, ei) in enumerate(zip(lane.tolist(), start.tolist(), end.tolist(), strict=True)):
         if ln != prev_lane:
             stack, prev_lane = [], ln
         while stack and stack[-1] <= si:
             stack.pop()
-        out[i] = min(len(stack), cap)
+        out[i] = min(len(stack), _DEPTH_CAP)
         stack.append(ei)
     return out
 
