@@ -21,7 +21,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from gaplens.loaders.columns import view
+from gaplens.loaders.columns import numpy_dtype, view
 from gaplens.loaders.files import atomic_write, cache_dir
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
@@ -126,7 +126,7 @@ def _column(chunked: pa.ChunkedArray) -> np.ndarray:
     parts = [view(chunk) for chunk in chunked.chunks]
     if len(parts) == 1:
         return parts[0].copy()
-    return np.concatenate(parts) if parts else np.empty(0, chunked.type.to_pandas_dtype())
+    return np.concatenate(parts) if parts else np.empty(0, numpy_dtype(chunked.type))
 
 
 def _trace(table: pa.Table, info: dict) -> Trace:

@@ -73,3 +73,26 @@ def test_headless_modules_load_no_ui():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+#: pyarrow's conversions that go through pandas (``to_pandas_dtype`` imports it in pyarrow <= 25),
+#: and the one module allowed them: it makes the API's DataFrames.
+PANDAS_BRIDGES = ("to_pandas_dtype", "to_pandas", "to_numpy")
+MAKES_DATAFRAMES = {"loaders/tables.py"}
+
+
+def test_the_load_path_never_reaches_pandas_through_pyarrow():
+    """A headless load must not import pandas on any pyarrow version: loaders read Arrow buffers with numpy.
+
+    The lean-load test sees only the installed pyarrow; this reads the source, so a call that
+    imports pandas on an older pyarrow (as ``DataType.to_pandas_dtype`` did on 25) fails here too.
+    """
+    bad = []
+    for path in sorted((ROOT / "loaders").glob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        if rel in MAKES_DATAFRAMES:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+            if isinstance(node, ast.Attribute) and node.attr in PANDAS_BRIDGES:
+                bad.append(f"{rel}:{node.lineno}: .{node.attr}")
+    assert not bad, "pyarrow-to-pandas conversions on the load path:\n" + "\n".join(bad)
