@@ -219,9 +219,9 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
     blocking or copy calls it sat in, and the innermost range ("during ``tokenize``").
     """
     if g.cause == "comm":
-        return _overlapping(trace, g, comm_mask(trace) & (trace.device_of_event() == g.device), limit)
+        return _overlapping(trace, g, comm_mask(trace), comm_rows(trace).get(g.device, []), limit)
     if g.cause == "profiler":
-        return _overlapping(trace, g, trace.kind == int(Kind.OVERHEAD), limit)
+        return _overlapping(trace, g, trace.kind == int(Kind.OVERHEAD), overhead_rows(trace), limit)
     out: list[int] = []
     if nxt < 0:
         return out
@@ -281,10 +281,33 @@ def deepest_op(ops: list[tuple[int, int, int]], gap_ns: int) -> int:
     return max(near)[2]
 
 
-def _overlapping(trace: Trace, g: Gap, mask: np.ndarray, limit: int) -> list[int]:
-    idx = np.flatnonzero(mask & (trace.start_ns < g.end_ns) & (trace.end_ns > g.start_ns))
+def _overlapping(trace: Trace, g: Gap, mask: np.ndarray, rows: list[int], limit: int) -> list[int]:
+    """Events of ``mask`` overlapping the gap, most overlap first: searched on ``rows``, the rows that hold them."""
+    found = [trace.window(row, g.start_ns, g.end_ns) for row in rows]
+    idx = np.sort(np.concatenate(found)) if found else np.empty(0, np.int64)
+    idx = idx[mask[idx] & (trace.start_ns[idx] < g.end_ns) & (trace.end_ns[idx] > g.start_ns)]
     ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
     return idx[np.argsort(-ov, kind="stable")[:limit]].tolist()
+
+
+def _rows_holding(trace: Trace, mask: np.ndarray) -> list[int]:
+    rows = np.searchsorted(trace.row_offsets, np.flatnonzero(mask), "right") - 1
+    return np.unique(rows).tolist()
+
+
+@per_trace
+def comm_rows(trace: Trace) -> dict[int, list[int]]:
+    """Per device, the rows that hold communication ops (a gap's evidence is searched there, not in every event)."""
+    out: dict[int, list[int]] = {}
+    for row in _rows_holding(trace, comm_mask(trace)):
+        out.setdefault(trace.lanes[int(trace.row_lane[row])].device, []).append(row)
+    return out
+
+
+@per_trace
+def overhead_rows(trace: Trace) -> list[int]:
+    """The rows that hold the profiler's own overhead events."""
+    return _rows_holding(trace, trace.kind == int(Kind.OVERHEAD))
 
 
 def _prev_op(trace: Trace, nxt: int, start_ns: int) -> int:

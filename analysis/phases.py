@@ -203,10 +203,25 @@ def _calls(trace: Trace) -> tuple[dict, dict]:
 
 def phase_busy_pct(trace: Trace, phase: Phase) -> float:
     """Compute busy share of a phase's GPU span on the device it was timed on (communication is waiting)."""
-    if phase.dur_ns <= 0 or phase.lane < 0:
-        return 0.0
-    busy = compute_busy(trace, trace.lanes[phase.lane].device)
-    return 100.0 * busy.busy_in(phase.start_ns, phase.end_ns) / phase.dur_ns
+    return float(phases_busy_pct(trace, [phase])[0])
+
+
+def phases_busy_pct(trace: Trace, found: list[Phase]) -> np.ndarray:
+    """``phase_busy_pct`` of many phases: one binary search per device, not per phase (a long
+    capture has thousands of steps, and summary, its families and the protocol read them all)."""
+    out = np.zeros(len(found))
+    timed = [k for k, p in enumerate(found) if p.dur_ns > 0 and p.lane >= 0]
+    if not timed:
+        return out
+    idx = np.asarray(timed, np.int64)
+    device = np.asarray([trace.lanes[found[k].lane].device for k in timed], np.int64)
+    t0 = np.asarray([found[k].start_ns for k in timed], np.int64)
+    t1 = np.asarray([found[k].end_ns for k in timed], np.int64)
+    for dev in np.unique(device).tolist():
+        m = device == dev
+        busy = compute_busy(trace, dev)
+        out[idx[m]] = 100.0 * (busy.busy_before(t1[m]) - busy.busy_before(t0[m])) / (t1[m] - t0[m])
+    return out
 
 
 def innermost(found: list[Phase], t0: int, t1: int) -> Phase | None:

@@ -14,7 +14,7 @@ from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, overhead
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.notes import Notes
-from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phase_busy_pct, phases
+from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
 from gaplens.analysis.smells import SmellGroup, rollup, smells
 from gaplens.analysis.units import fmt_bytes, fmt_ns
@@ -199,9 +199,9 @@ class Walkthrough:
         groups = by_process(self.phases)
         for pid, found in groups.items():
             fams: dict[str, list[float]] = {}
-            for p in found:
+            for p, busy in zip(found, phases_busy_pct(self.trace, found).tolist(), strict=True):
                 acc = fams.setdefault(family(p.name), [0.0, 0.0])
-                acc[0] += phase_busy_pct(self.trace, p) * p.dur_ns
+                acc[0] += busy * p.dur_ns
                 acc[1] += p.dur_ns
             prefix = f"[{pid}] " if len(groups) > 1 else ""
             for fam, (b, d) in list(fams.items())[:8]:

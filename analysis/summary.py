@@ -6,7 +6,7 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
-from gaplens.analysis.phases import Phase, family, phase_busy_pct, phases
+from gaplens.analysis.phases import Phase, family, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.workload import kind as workload_kind
@@ -89,7 +89,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
         "memset": totals(trace, (Kind.MEMSET,)),
         "gpu": share.to_json() | {"idle_ns": idle_ns(trace), "active_compute_pct": active_compute_pct(trace)},
         "processes": {str(pid): name for pid, name in meta.processes.items() if pid in {p.pid for p in found}},
-        "phases": [phase_json(trace, p) for p in found],
+        "phases": phases_json(trace, found),
         "phase_families": family_rows(trace, found),
         "top_kernels": top_names(trace, (Kind.KERNEL,), top),
         "top_cuda_api": top_names(trace, (Kind.CUDA_API,), top),
@@ -98,8 +98,13 @@ def summary(trace: Trace, top: int = 10) -> dict:
     }
 
 
-def phase_json(trace: Trace, p: Phase) -> dict:
-    """One phase as the JSON contract spells it; busy is the compute busy share of its device."""
+def phases_json(trace: Trace, found: list[Phase]) -> list[dict]:
+    """Phases as the JSON contract spells them; busy is the compute busy share of each one's device."""
+    busy = phases_busy_pct(trace, found).tolist()
+    return [_phase_json(p, b) for p, b in zip(found, busy, strict=True)]
+
+
+def _phase_json(p: Phase, busy_pct: float) -> dict:
     return {
         "name": p.name,
         "start_ns": p.start_ns,
@@ -110,19 +115,21 @@ def phase_json(trace: Trace, p: Phase) -> dict:
         "depth": p.depth,
         "pid": p.pid,
         "device": p.device,
-        "busy_pct": phase_busy_pct(trace, p),
+        "busy_pct": busy_pct,
     }
 
 
 def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
     """Phases folded into families per process (``decode_step ×32``), in order of first appearance."""
-    rows: dict[tuple[int, int, str], list[Phase]] = {}
-    for p in found:
-        rows.setdefault((p.pid, p.depth, family(p.name)), []).append(p)
+    rows: dict[tuple[int, int, str], list[int]] = {}
+    for k, p in enumerate(found):
+        rows.setdefault((p.pid, p.depth, family(p.name)), []).append(k)
+    all_busy = phases_busy_pct(trace, found)
     out = []
-    for (pid, depth, fam), members in rows.items():
+    for (pid, depth, fam), at in rows.items():
+        members = [found[k] for k in at]
         dur = np.asarray([m.dur_ns for m in members], dtype=np.int64)
-        busy = [phase_busy_pct(trace, m) for m in members]
+        busy = all_busy[at]
         out.append(
             {
                 "family": fam,

@@ -98,9 +98,9 @@ def phases(trace: Trace) -> pd.DataFrame:
     import pandas as pd
 
     from gaplens.analysis.phases import phases as _phases
-    from gaplens.analysis.summary import phase_json
+    from gaplens.analysis.summary import phases_json
 
-    frame = pd.DataFrame([phase_json(trace, p) for p in _phases(trace)])
+    frame = pd.DataFrame(phases_json(trace, _phases(trace)))
     frame.attrs["origin_ns"] = trace.meta.origin_ns
     return frame
 
