@@ -86,6 +86,7 @@ class EventBlocks:
         self._gap: bytes | None = None
         self._parts: list[bytes] = []
         self._size = 0
+        self._chunk = 0  # bytes in the last chunk read
         self._offset = 0  # document position of the first buffered byte
         self._exhausted = False
         self._done = False
@@ -148,8 +149,8 @@ class EventBlocks:
         self._prefix = head[: start - 1]
         self._parts, self._size, self._offset = [head[start:]], len(head) - start, start
 
-    def _fill(self) -> None:
-        want = self._size + 1 if self._grow else self._block
+    def _fill(self, target: int | None = None) -> None:
+        want = self._size + 1 if self._grow else (self._block if target is None else target)
         while self._size < want and not self._exhausted:
             chunk = next(self._it, None)
             if chunk is None:
@@ -157,9 +158,19 @@ class EventBlocks:
                 break
             self._parts.append(chunk)
             self._size += len(chunk)
+            self._chunk = len(chunk)
         self._grow = False
 
-    def _keep(self, rest: bytes, consumed: int) -> None:
+    def _owned(self) -> bytearray:
+        """The buffered bytes as one bytearray of the framer's own, later chunks appended in place."""
+        head = self._parts[0] if self._parts else b""
+        buf = head if isinstance(head, bytearray) else bytearray(head)
+        for chunk in self._parts[1:]:
+            buf += chunk
+        self._parts = [buf]
+        return buf
+
+    def _keep(self, rest: bytes | bytearray, consumed: int) -> None:
         self._parts, self._size = [rest], len(rest)
         self._offset += consumed
 
@@ -169,18 +180,15 @@ class EventBlocks:
         return piece
 
     def _layout_piece(self) -> Piece | None:
-        self._fill()
+        # Cut at the buffer's last separator, so only part of one event is copied again: the
+        # piece is the buffer itself (each byte copied once, on this thread, which holds the
+        # GIL for it). Filling stops half a chunk short of a block, so pieces average a block.
+        self._fill(self._block - self._chunk // 2)
         gap = self._gap
         assert gap is not None
-        buf = b"".join(self._parts)
+        buf = self._owned()
         sep = b"}" + gap + b"{"
-        cut = -1
-        if not self._exhausted:
-            # At most a block (what a block in flight weighs does not grow with the gunzip's
-            # chunks), unless a single event is longer than that.
-            cut = buf.rfind(sep, 0, self._block + len(sep))
-            if cut < 0:
-                cut = buf.rfind(sep)
+        cut = -1 if self._exhausted else buf.rfind(sep)
         if cut < 0:
             if self._exhausted:
                 # The end of the array and what follows it: cut by structure, which finds them.
@@ -190,10 +198,12 @@ class EventBlocks:
                 return None
             self._parts, self._grow = [buf], True
             return None
-        piece = self._next_piece(bytearray(memoryview(buf)[: cut + 1]), gap, self._offset)
-        self._handed.append(piece)
         skip = cut + 1 + len(gap)
-        self._keep(buf[skip:], skip)
+        rest = buf[skip:]
+        del buf[cut + 1 :]
+        piece = self._next_piece(buf, gap, self._offset)
+        self._handed.append(piece)
+        self._keep(rest, skip)
         return piece
 
     def _structural_piece(self) -> Piece | None:

@@ -141,6 +141,25 @@ def test_kineto_layout_is_cut_at_its_separator(monkeypatch):
     assert size // kineto.BIG_BLOCK_SIZE - 2 <= big.layout_blocks <= size // kineto.BIG_BLOCK_SIZE + 2, big
 
 
+def test_layout_pieces_end_at_the_buffers_last_event_and_average_a_block():
+    """The framer cuts at the last separator it holds: a piece is whole events, at most a block
+    plus a chunk, and only the part of one event that follows the cut is carried over."""
+    events = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1} for i in range(3000)]
+    text = json.dumps({"traceEvents": events}, indent=2).encode()
+    chunk, block = 997, 20_000
+    longest = max(len(json.dumps(e, indent=2)) for e in events) + 8
+    blocks = EventBlocks([text[i : i + chunk] for i in range(0, len(text), chunk)], block)
+    sizes = []
+    for piece in blocks:
+        if piece.gap is not None:
+            raw = piece.raw()
+            assert raw.startswith(b"{") and raw.endswith(b"}")
+            assert len(raw) <= block + chunk + longest
+            sizes.append(len(raw))
+        blocks.confirm(piece.seq)
+    assert len(sizes) > 10 and 0.8 * block <= sum(sizes[:-1]) / len(sizes[:-1]) <= 1.2 * block, sizes
+
+
 def _write(tmp_path: Path, doc, name: str, **dump) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(doc, **dump))
