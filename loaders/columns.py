@@ -33,7 +33,8 @@ _NUMPY = {
         (pa.float64(), np.float64),
     ]
 }
-_P = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it mixes the words of a row
+_P = np.uint64(0x9E3779B97F4A7C15)
+GATHER = 1 << 16  # bytes gathered at a time by ``encode_slices``  # odd: multiplying by it mixes the words of a row
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -223,11 +224,21 @@ def encode(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarra
 def encode_slices(
     data: np.ndarray, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``encode`` for the byte ranges [starts, ends) of ``data``: (codes, first, the ranges joined, row offsets)."""
+    """``encode`` for the byte ranges [starts, ends) of ``data``: (codes, first, the ranges joined, row offsets).
+
+    The bytes are gathered ``GATHER`` at a time: each byte's source index is an int64, so a
+    whole block's would weigh 16 times what is gathered (the parse threads keep their peaks).
+    """
     lengths = ends - starts
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    pos = np.arange(int(offsets[-1])) - np.repeat(offsets[:-1], lengths)
-    joined = data[np.repeat(starts, lengths) + pos]
+    joined = np.empty(int(offsets[-1]), np.uint8)
+    bounds = np.searchsorted(offsets, np.arange(0, joined.size, GATHER), "right") - 1
+    for a, b in itertools.pairwise([*bounds.tolist(), starts.size]):
+        lo, hi = int(offsets[a]), int(offsets[b])
+        if hi > lo:
+            src = np.repeat(starts[a:b] - offsets[a:b], lengths[a:b])
+            src += np.arange(lo, hi)
+            joined[lo:hi] = data[src]
     codes, first = encode(joined, offsets)
     return codes, first, joined, offsets
 

@@ -22,11 +22,11 @@ _NL_TO_SPACE[[10, 13]] = 32
 _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA, _RBRACKET = 34, 92, 123, 125, 44, 93
 
 
-_SCAN = 1 << 20  # bytes compared at a time by ``find_byte``
+_SCAN = 1 << 18  # bytes compared at a time by ``find_byte``
 
 
 def find_byte(text: np.ndarray, byte: int) -> np.ndarray:
-    """Positions of ``byte`` in ``text``, compared a megabyte at a time: a whole block's mask
+    """Positions of ``byte`` in ``text``, compared 256 KB at a time: a whole block's mask
     would add its size again to every block in flight (each parse thread keeps its peak)."""
     parts = [np.flatnonzero(text[a : a + _SCAN] == byte) + a for a in range(0, text.size, _SCAN)]
     if len(parts) == 1:

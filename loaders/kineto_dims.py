@@ -109,9 +109,9 @@ def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 def _value_ends(text: np.ndarray, value: np.ndarray, width: int) -> np.ndarray:
     """Position of each list value's last ``]``; -1 when its bytes do not make a list of integers, -2 when
-    it runs past ``width`` bytes. Rows go ~128k bytes at a time: the (rows x width) temporaries
+    it runs past ``width`` bytes. Rows go ~32k bytes at a time: the (rows x width) temporaries
     of a whole block would weigh more than its text."""
-    step = max(1, (1 << 17) // width)
+    step = max(1, (1 << 15) // width)
     if value.size > step:
         return np.concatenate([_value_ends(text, value[a : a + step], width) for a in range(0, value.size, step)])
     col = np.arange(width)

@@ -55,3 +55,28 @@ def test_encode_slices_joins_the_ranges_it_encodes():
     assert first.tolist() == [0, 1]
     assert joined.tobytes() == b"[1, 2][3][1, 2][3]"
     assert offsets.tolist() == [0, 6, 9, 15, 18]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.binary(min_size=1, max_size=400),
+    st.lists(st.tuples(st.integers(0, 399), st.integers(0, 30)), max_size=60),
+    st.integers(1, 64),
+)
+def test_encode_slices_gathers_any_ranges_in_pieces(data, ranges, gather):
+    """Gathered ``GATHER`` bytes at a time, the ranges come out joined and numbered whatever the piece size."""
+    from gaplens.loaders import columns
+
+    text = np.frombuffer(data, np.uint8)
+    starts = np.asarray([min(s, text.size - 1) for s, _ in ranges], np.int64)
+    ends = np.asarray([min(s + n, text.size) for s, (_, n) in zip(starts.tolist(), ranges, strict=True)], np.int64)
+    before, columns.GATHER = columns.GATHER, gather
+    try:
+        codes, first, joined, offsets = encode_slices(text, starts, ends)
+    finally:
+        columns.GATHER = before
+    values = [data[s:e] for s, e in zip(starts.tolist(), ends.tolist(), strict=True)]
+    assert joined.tobytes() == b"".join(values)
+    assert offsets.tolist() == [0, *np.cumsum([len(v) for v in values]).tolist()]
+    assert [values[i] for i in first.tolist()] == list(dict.fromkeys(values))
+    assert [values[i] for i in first[codes].tolist()] == values
