@@ -21,6 +21,7 @@ block that still fails goes through the per-event fallback (``kineto_slow``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -57,14 +58,16 @@ from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs,
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
 # Bytes of JSON per Arrow parse, and parse threads (one per core, within bounds). A block in
-# flight holds ~4x its size (Arrow's parse, the table, the classification's temporaries) and
-# as many are in flight as threads (one more measured no faster, and up to 20 MB bigger),
-# each thread keeping its own peak: on the 16-core H200 host, 2 MB on four threads peaked at
-# 203 B/event for a file of 1.26M events (2.4 s), 4 MB on eight at 295 (1.7 s). Past ~1 GB
-# of JSON that fixed cost is small per event and the bigger shape pays: 5.1M events loaded
-# in 5.1 s at 104 B/event, against 7.0 s with 2 MB blocks on six threads.
-BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(4, _CORES))
+# flight holds ~2.5x its size (its text, Arrow's parse, then the classification's temporaries)
+# and as many are in flight as threads (one more measured no faster), each thread keeping its
+# own peak, which ``heap.many_threads`` bounds from ``MANY_THREADS`` threads on. On the 16-core
+# H200 host a file of 1.26M events loaded on eight threads in 1.8-2.1 s at 191 B/event, on four
+# in 2.1-2.5 s at 192-200 (without it: 8 threads 208-212 B/event). Past ~1 GB of JSON
+# that fixed cost is small per event and bigger blocks pay: 5.1M events loaded in 5.1 s at
+# 104 B/event, against 7.0 s with 2 MB blocks on six threads.
+BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(8, _CORES))
 BIG_BLOCK_SIZE, BIG_WORKERS = 4 << 20, max(2, min(8, _CORES))
+MANY_THREADS = 4
 BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
 # Classified blocks are joined in runs: small arrays freed early are reused by the next
 # blocks, and the big joined ones go straight back to the OS when the Trace is built.
@@ -116,6 +119,8 @@ class _Reader:
         if options is None:
             options = pj.ParseOptions(explicit_schema=schema(scale, fields), unexpected_field_behavior="ignore")
             self._options[(scale, fields)] = options
+        # Input Dims first: its scan's temporaries and Arrow's parse then peak one after the other.
+        dims = Dims(*find_dims(text, ends))
         try:
             table = _read_json(text, options)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -124,7 +129,7 @@ class _Reader:
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
         del table, batches
         local = Context()
-        block = from_arrow(local, batch, Dims(*find_dims(text, ends)), scale)
+        block = from_arrow(local, batch, dims, scale)
         return _Parsed(block, local, batch.num_rows, None, scale, frozenset(twins))
 
     def learn(self, parsed: _Parsed, stats: LoadStats) -> bool:
@@ -206,6 +211,11 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     source = Source(path, progress)
     json_bytes = source.size * (10 if read_head(path, 2) == GZIP_MAGIC else 1)
     block, workers = (BIG_BLOCK_SIZE, BIG_WORKERS) if json_bytes >= BIG_JSON else (BLOCK_SIZE, WORKERS)
+    with heap.many_threads(2 * block) if workers >= MANY_THREADS else contextlib.nullcontext():
+        return _load(path, source, block, workers, progress, stats)
+
+
+def _load(path: str, source: Source, block: int, workers: int, progress: Progress | None, stats: LoadStats) -> Trace:
     ctx = Context()
     reader = _Reader()
     blocks_out: list[Block] = []
