@@ -84,7 +84,7 @@ class EventBlocks:
         self._block = block_size
         self._layout_allowed = layout
         self._gap: bytes | None = None
-        self._parts: list[bytes] = []
+        self._parts: list[bytes | bytearray] = []
         self._size = 0
         self._chunk = 0  # bytes in the last chunk read
         self._offset = 0  # document position of the first buffered byte
@@ -93,7 +93,7 @@ class EventBlocks:
         self._grow = False  # the last pass could not cut: read at least one more chunk
         self._seq = 0
         self._handed: deque[Piece] = deque()  # layout pieces not yet confirmed
-        self._tail: bytes | None = None  # the raw text handed from layout to structure at the end
+        self._tail: bytes | bytearray | None = None  # the raw text handed from layout to structure at the end
         self._prefix = b""
         self._bare = False
         self._started = False

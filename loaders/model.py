@@ -241,9 +241,15 @@ class Trace:
         return [ln for ln in self.lanes if ln.kind == LaneKind.STREAM and (device is None or ln.device == device)]
 
     def device_of_event(self) -> np.ndarray:
-        """Device index per event (-1 for host events)."""
-        lane_dev = np.asarray([ln.device for ln in self.lanes], dtype=np.int64)
-        return lane_dev[self.lane] if len(self.lanes) else np.empty(0, np.int64)
+        """Device index per event (-1 for host events); computed once per Trace and read-only
+        (readings ask for it a dozen times, each a gather over every event)."""
+        cached = self.__dict__.get("_device_of_event")
+        if cached is None:
+            lane_dev = np.asarray([ln.device for ln in self.lanes], dtype=np.int64)
+            cached = lane_dev[self.lane] if len(self.lanes) else np.empty(0, np.int64)
+            cached.flags.writeable = False
+            self.__dict__["_device_of_event"] = cached
+        return cached
 
     @property
     def flows(self) -> tuple[np.ndarray, np.ndarray]:
