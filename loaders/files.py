@@ -106,6 +106,7 @@ class Source:
         with os_errors(path):
             self.size = os.path.getsize(path)
         self.read = 0  # compressed bytes consumed, for progress
+        self.inflated = 0  # bytes handed out (decompressed)
         self._reported = -1.0
 
     def chunks(self) -> Iterator[bytes]:
@@ -116,8 +117,15 @@ class Source:
                 raise TraceError(f"{self.path}: the file is empty")
             blocks = self._plain(fh, first) if not first.startswith(GZIP_MAGIC) else self._gunzip(fh, first)
             head = next(blocks, b"")
+            self.inflated += len(head)
             yield head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
-            yield from blocks
+            for block in blocks:
+                self.inflated += len(block)
+                yield block
+
+    def inflated_size(self) -> int:
+        """The whole file's decompressed size, estimated from the ratio so far (the size itself when plain)."""
+        return int(self.size * self.inflated / self.read) if self.read else self.size
 
     def _tick(self, n: int) -> None:
         self.read += n

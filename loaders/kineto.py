@@ -40,7 +40,7 @@ from gaplens.loaders.columns import POOL
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
 from gaplens.loaders.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
-from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Context, Dims, from_arrow, schema, twin
+from gaplens.loaders.kineto_cols import TWIN_KEYS, Block, Columns, Context, Dims, from_arrow, schema, twin
 from gaplens.loaders.kineto_dims import find_dims
 from gaplens.loaders.kineto_slow import from_lines
 from gaplens.loaders.model import (
@@ -69,9 +69,6 @@ BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(8, _CORES))
 BIG_BLOCK_SIZE, BIG_WORKERS = 4 << 20, max(2, min(8, _CORES))
 MANY_THREADS = 4
 BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
-# Classified blocks are joined in runs: small arrays freed early are reused by the next
-# blocks, and the big joined ones go straight back to the OS when the Trace is built.
-JOIN_EVERY = 32
 _MIXED = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (?:string|number|array)")
 _SCALE = re.compile(r"Failed to convert JSON to decimal128\(\d+, \d+\).* requires scale (\d+)")
 _ARG_TWINS = {f"/args/{k}": k for k in TWIN_KEYS if k not in ("pid", "tid")} | {"/pid": "pid", "/tid": "tid"}
@@ -218,12 +215,12 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
 def _load(path: str, source: Source, block: int, workers: int, progress: Progress | None, stats: LoadStats) -> Trace:
     ctx = Context()
     reader = _Reader()
-    blocks_out: list[Block] = []
+    kept = Columns()
     prefetch = _Prefetch(source.chunks())
     try:
         blocks = EventBlocks(iter(prefetch), block)
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaplens-parse") as pool:
-            _read_all(blocks, reader, pool, workers, ctx, stats, blocks_out)
+            _read_all(blocks, reader, pool, workers, ctx, stats, kept, source)
     finally:
         prefetch.close()
     # A cut gzip stream also cuts the JSON: one line says both.
@@ -238,8 +235,8 @@ def _load(path: str, source: Source, block: int, workers: int, progress: Progres
     repairs = kineto_repairs(damage, ctx.malformed, ctx.bad_start, ctx.bad_time)
     if progress is not None:
         progress("building", 0.0)
-    heap.trim()  # the parse threads' buffers, before the columns are joined
-    return _build(ctx, blocks_out, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
+    heap.trim()  # the parse threads' buffers, before the build
+    return _build(ctx, kept, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
 
 
 def _read_all(
@@ -249,13 +246,13 @@ def _read_all(
     ahead: int,
     ctx: Context,
     stats: LoadStats,
-    out: list[Block],
+    out: Columns,
+    source: Source,
 ) -> None:
     """Frame ``ahead`` blocks, parse them on the pool, merge here in file order; rewind the framer when a
     layout block fails."""
     pending: deque[tuple[Piece, Future]] = deque()
     more = True
-    fresh = 0  # blocks appended since the last join
     while True:
         while more and len(pending) < ahead:
             piece = next(blocks, None)
@@ -276,11 +273,7 @@ def _read_all(
             stats.rewinds += 1
             more = True
             continue
-        out.append(block)
-        fresh += 1
-        if fresh == JOIN_EVERY:
-            out[-fresh:] = [Block.join(out[-fresh:])]
-            fresh = 0
+        out.append(block, piece.offset + len(piece.data), source.inflated_size())
         if piece.gap is not None:
             stats.layout_blocks += 1
             blocks.confirm(piece.seq)
@@ -309,7 +302,7 @@ def _settle(reader: _Reader, piece: Piece, parsed: _Parsed, ctx: Context, stats:
     return ctx.merge(parsed.local, parsed.block)
 
 
-def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Repairs) -> Trace:
+def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs) -> Trace:
     for key, value in top.items():
         if key not in ("traceEvents", "deviceProperties") and not isinstance(value, dict | list):
             meta.extra[key] = value
@@ -325,41 +318,31 @@ def _build(ctx: Context, blocks: list[Block], top: dict, meta: Meta, repairs: Re
         if isinstance(dev, dict) and "id" in dev:
             props[as_int(dev["id"], -1)] = dev
 
-    def cat(name: str, dtype) -> np.ndarray:
-        # Drop each block's column once joined, so the peak holds one copy, not two.
-        parts = [getattr(b, name) for b in blocks]
-        for b in blocks:
-            setattr(b, name, None)
-        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
-        parts.clear()
-        return out
-
+    cat = kept.take
     base = as_int(top.get("baseTimeNanoseconds") or 0, 0)
-    start = cat("start", np.int64)
+    start = cat("start")
     start += base
-    end = saturating_end(start, cat("dur", np.int64), in_place=True)
+    end = saturating_end(start, cat("dur"), in_place=True)
     keys = [(LaneKind(k[0]), k[1], k[2]) for k in ctx.lanes]
     lanes, remap = ordered_lanes(keys)
-    kind = cat("kind", np.int8)
+    kind = cat("kind")
     meta.devices = [
         Device(d, str(props.get(d, {}).get("name", f"GPU {d}")), props.get(d, {}))
         for d in sorted({ln.device for ln in lanes if ln.is_gpu})
     ]
     meta.lacks = _lacks(kind)
     cols = {
-        "lane": remap[cat("lane", np.int32)] if keys else np.empty(0, np.int32),
+        "lane": remap[cat("lane")] if keys else np.empty(0, np.int32),
         "start": start,
         "end": end,
-        "name_id": cat("name_id", np.int32),
+        "name_id": cat("name_id"),
         "kind": kind,
-        "corr": cat("corr", np.int64),
-        "bytes": cat("nbytes", np.int64),
-        "detail_id": cat("detail_id", np.int32),
+        "corr": cat("corr"),
+        "bytes": cat("nbytes"),
+        "detail_id": cat("detail_id"),
         "scope": None,
     }
     del start, end, kind
-    blocks.clear()
-    heap.trim()  # the joined blocks, before the sort
     return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols, repairs)
 
 
