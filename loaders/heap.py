@@ -105,7 +105,7 @@ def big_load() -> Iterator[None]:
 
 @contextlib.contextmanager
 def many_threads(mmap_threshold: int) -> Iterator[None]:
-    """Inside: glibc's mmap threshold fixed at ``mmap_threshold``, for a load on many parse threads.
+    """Inside: glibc's mmap threshold fixed at ``mmap_threshold``, while many parse threads run.
 
     glibc raises its mmap threshold each time a mapped block is freed (up to 32 MB) and its
     trim threshold to twice that, so, a few blocks into a load, every parse thread's arena
