@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import inspect
 import json
 import os
 import shutil
@@ -51,7 +52,7 @@ DECODE = SHARED / "samples" / "decode_eager.json.gz"
 PIECE = 256 << 20  # bytes of JSON per floor parse
 SEP = b"},\n  {"
 
-_PEAK = r"""
+
 def peak_rss():
     # VmHWM: the high-water mark of this process since exec. (ru_maxrss can carry the
     # parent's size over from the fork that started it.)
@@ -63,8 +64,11 @@ def peak_rss():
     except OSError:
         pass
     import resource
+
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-"""
+
+
+_PEAK = "\n" + inspect.getsource(peak_rss)  # the same function, for the children
 
 _LOAD_CHILD = (
     _PEAK
