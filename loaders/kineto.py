@@ -12,7 +12,8 @@ with Arrow's C++ JSON reader and an explicit schema, finds its ``Input Dims`` te
 (``kineto_dims``) and classifies its events (``kineto_cols``) against a Context of
 the block's own; this one then merges each block's names, details and lanes into
 the file's Context in file order (``Context.merge``: the ids come out as a single
-thread would give them) and builds the Trace. zlib, Arrow and most numpy work
+thread would give them), copies its events into the file's columns (``Columns``) and
+builds the Trace from them in place. zlib, Arrow and most numpy work
 release the GIL. What Arrow refuses teaches the reader: a key
 seen with a string value gets its twin, more fraction digits a wider decimal, and
 a layout block it cannot read makes the framer rewind and cut by structure. Only a
