@@ -104,6 +104,7 @@ class _Reader:
     def __init__(self) -> None:
         self.twins: dict[bytes, bytes] = {}
         self.scale = 3
+        self.kernel_texts: dict[tuple, str] = {}  # shared by the blocks' Contexts (Context.kernel_texts)
         self._options: dict[tuple[int, frozenset[str]], pj.ParseOptions] = {}
 
     def parse(self, piece: Piece) -> _Parsed:
@@ -126,7 +127,7 @@ class _Reader:
         batches = table.combine_chunks().to_batches()
         batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
         del table, batches
-        local = Context()
+        local = Context(kernel_texts=self.kernel_texts)
         block = from_arrow(local, batch, dims, scale)
         return _Parsed(block, local, batch.num_rows, None, scale, frozenset(twins))
 

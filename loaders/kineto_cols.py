@@ -10,6 +10,7 @@ the schema holds one type per key and nothing is refused.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -166,6 +167,7 @@ class Context:
     processes: dict[int, str] = field(default_factory=dict)
     threads: dict[tuple[int, int], str] = field(default_factory=dict)
     unknown: dict[str, int] = field(default_factory=dict)
+    kernel_texts: dict[tuple, str] = field(default_factory=dict)  # kernel details formatted, shared by a file's blocks
     bad_time: int = 0  # events kept with an unusable dur (set to 0)
     bad_start: int = 0  # events skipped: no usable ts
     malformed: int = 0
@@ -528,8 +530,17 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
         readers.append((key, len(cols), s_texts))
     table = np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
     inverse, first = encode_rows(table)
+    # The same kernels come back block after block: a row of numbers alone (no text codes,
+    # which number this block's strings only) is formatted once per file.
+    layout = tuple(width for _, width, _ in readers)
+    code_at = list(itertools.accumulate(width + 1 for width in layout))
     texts = []
     for row in table[first].tolist():
+        memo_key = None if any(row[c - 1] >= 0 for c in code_at) else (layout, *row)
+        known = ctx.kernel_texts.get(memo_key) if memo_key is not None else None
+        if known is not None:
+            texts.append(known)
+            continue
         values: dict = {}
         i = 0
         for key, width, s_texts in readers:
@@ -546,6 +557,8 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
             elif cols[0] == 0:
                 values[key] = cols[1]
         texts.append(kernel_detail(values))
+        if memo_key is not None:
+            ctx.kernel_texts[memo_key] = texts[-1]
     detail_id[kernels] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
 
 
