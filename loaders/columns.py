@@ -33,8 +33,8 @@ _NUMPY = {
         (pa.float64(), np.float64),
     ]
 }
-_P = np.uint64(0x9E3779B97F4A7C15)
-GATHER = 1 << 16  # bytes gathered at a time by ``encode_slices``  # odd: multiplying by it mixes the words of a row
+_P = np.uint64(0x9E3779B97F4A7C15)  # odd: multiplying by it mixes the words of a row
+GATHER = 1 << 16  # bytes gathered at a time by ``encode_slices``
 
 
 def factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +231,7 @@ def encode_slices(
     """
     lengths = ends - starts
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    joined = np.empty(int(offsets[-1]), np.uint8)
+    joined = np.empty(int(offsets[-1]), data.dtype)
     bounds = np.searchsorted(offsets, np.arange(0, joined.size, GATHER), "right") - 1
     for a, b in itertools.pairwise([*bounds.tolist(), starts.size]):
         lo, hi = int(offsets[a]), int(offsets[b])
