@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     from gaplens.loaders import jsonblocks, kineto
 
     if args.workers:
-        kineto.WORKERS = kineto.BIG_WORKERS = args.workers
+        kineto.WORKERS = args.workers
     if args.block:
         kineto.BLOCK_SIZE = kineto.BIG_BLOCK_SIZE = int(args.block * (1 << 20))
     cpu: collections.Counter = collections.Counter()

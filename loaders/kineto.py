@@ -66,8 +66,8 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else o
 # in 2.1-2.5 s at 192-200 (without it: 8 threads 208-212 B/event). Past ~1 GB of JSON
 # that fixed cost is small per event and bigger blocks pay: 5.1M events loaded in 5.1 s at
 # 104 B/event, against 7.0 s with 2 MB blocks on six threads.
-BLOCK_SIZE, WORKERS = 2 << 20, max(2, min(8, _CORES))
-BIG_BLOCK_SIZE, BIG_WORKERS = 4 << 20, max(2, min(8, _CORES))
+WORKERS = max(2, min(8, _CORES))
+BLOCK_SIZE, BIG_BLOCK_SIZE = 2 << 20, 4 << 20
 MANY_THREADS = 4
 BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
 _MIXED = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (?:string|number|array)")
@@ -209,7 +209,8 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     stats = stats if stats is not None else LoadStats()
     source = Source(path, progress)
     json_bytes = source.size * (10 if read_head(path, 2) == GZIP_MAGIC else 1)
-    block, workers = (BIG_BLOCK_SIZE, BIG_WORKERS) if json_bytes >= BIG_JSON else (BLOCK_SIZE, WORKERS)
+    block = BIG_BLOCK_SIZE if json_bytes >= BIG_JSON else BLOCK_SIZE
+    workers = WORKERS
     # The parse threads only: the build is one thread, and reuses its freed columns best
     # (there, a fixed threshold made every column fault its pages in afresh: 0.4 s, not 0.23).
     threads = heap.many_threads(2 * block) if workers >= MANY_THREADS else contextlib.nullcontext()
