@@ -64,8 +64,8 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else o
 # own peak, which ``heap.many_threads`` bounds from ``MANY_THREADS`` threads on. On the 16-core
 # H200 host a file of 1.26M events loaded on eight threads in 1.8-2.1 s at 191 B/event, on four
 # in 2.1-2.5 s at 192-200 (without it: 8 threads 208-212 B/event). Past ~1 GB of JSON
-# that fixed cost is small per event and bigger blocks pay: 5.1M events loaded in 5.1 s at
-# 104 B/event, against 7.0 s with 2 MB blocks on six threads.
+# that fixed cost is small per event and bigger blocks pay: there 5.1M events load in
+# 5.4-5.5 s at 79-84 B/event on eight threads (`bench load`; 2 MB blocks on six took 7.0 s).
 WORKERS = max(2, min(8, _CORES))
 BLOCK_SIZE, BIG_BLOCK_SIZE = 2 << 20, 4 << 20
 MANY_THREADS = 4

@@ -249,10 +249,10 @@ class Columns:
 
     Each block is copied in once and the build reads the filled part in place: no joins and,
     when the estimate holds, no final concatenation (at 1M events each of those copied ~45 MB
-    on the merging thread). The capacity is what the events per byte of JSON so far predict
-    for the file, twice over; pages past what is written are never touched, so
-    they cost no memory. A file that holds more continues in a segment of its own, sized by a
-    new estimate, and the segments are joined once, at the build.
+    on the merging thread). The capacity is twice what the events per byte of JSON so far
+    predict for the file; pages past what is written are never touched, so they cost no
+    memory. A file that holds more continues in a segment of its own, sized by a new
+    estimate, and the segments are joined once, at the build.
     """
 
     def __init__(self) -> None:
