@@ -112,7 +112,7 @@ def export_rep(path: str, progress: Progress | None = None) -> str:
 
 
 def sqlite_uri(path: str, immutable: bool) -> str:
-    """A read-only URI; ``immutable`` skips locking and is used only for our own cache copies."""
+    """A read-only URI; ``immutable`` skips locking: our own copies, and WAL-mode files with no WAL content."""
     quoted = urllib.parse.quote(os.path.abspath(path))
     return f"file:{quoted}?mode=ro" + ("&immutable=1" if immutable else "")
 
@@ -134,6 +134,39 @@ def resolve(path: str, progress: Progress | None = None) -> tuple[str, bool]:
     """The SQLite file to open for ``path`` and whether it is our own immutable cache copy."""
     if path.endswith(".nsys-rep"):
         return export_rep(path, progress), True
-    if read_head(path, 2) == GZIP_MAGIC:
+    head = read_head(path, 20)
+    if head[:2] == GZIP_MAGIC:
         return gunzip_to_cache(path, progress), True
-    return path, False
+    if head[18:20] != WAL_MODE:
+        return path, False  # rollback journal: mode=ro creates nothing beside the file
+    # A WAL-mode file: even mode=ro creates -wal and -shm beside it. With no WAL content the file
+    # is whole, so it opens immutable; WAL content is read from a private copy (nothing written beside).
+    wal = f"{path}-wal"
+    if not os.path.exists(wal) or os.path.getsize(wal) == 0:
+        return path, True
+    return _private_wal_copy(path, wal), True
+
+
+WAL_MODE = b"\x02\x02"  # SQLite header bytes 18-19 (write/read format versions) of a WAL-mode database
+
+
+def _private_wal_copy(path: str, wal: str) -> str:
+    """The database and its -wal copied into a temp folder and checkpointed there (removed at exit)."""
+    import atexit
+
+    folder = tempfile.mkdtemp(prefix="gaplens-wal-")
+    atexit.register(shutil.rmtree, folder, True)
+    copy = os.path.join(folder, "export.sqlite")
+    with os_errors(path):
+        shutil.copyfile(path, copy)
+        shutil.copyfile(wal, copy + "-wal")
+    try:
+        con = sqlite3.connect(copy)
+        try:
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            con.execute("PRAGMA journal_mode=DELETE")
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise TraceError(f"{path}: cannot read its -wal ({exc})") from None
+    return copy
