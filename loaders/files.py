@@ -259,7 +259,8 @@ def locked(target: Path) -> Iterator[None]:
         yield
         return
     lock = target.with_name(f".{target.name}.lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    # O_NOFOLLOW: a lock planted as a symlink is refused (OSError), never followed to create its target.
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
