@@ -1,0 +1,706 @@
+"""What-if: replay the critical-path graph with a change and predict window and step times.
+
+The trace is a realised schedule. Every node kept the slack it had to each of its
+predecessors; a change moves some nodes, and a node moves earlier only when *all* its
+predecessors let it (the binding one had zero slack; the others catch up once their slack
+is used). So work that did not depend on the change does not move, and a change off the
+critical path predicts no gain. Edges (as ``analysis.critical_path``):
+
+    stream   an op starts after the ops before it on its stream   (start' = max(...) + its own latency)
+    launch   ... and after its launch call handed it over         (the call moves with its host thread)
+    wait     ... and after the op it waited on (recorded or inferred cross-stream waits)
+    sync     a blocking call returns after the op it waited on ends, or after its own cost
+    host     between blocking calls a thread runs freely: its points move with its last return,
+             minus the host time a change took off it (a thread that never blocks follows its process)
+
+    thread  [launch]──island──[launch]──[sync ······]──[launch]
+    stream       ███ k1          ███ k2 ───────╯            ███ k3
+    --remove host: the island is taken off the thread; k2, the sync's return, k3 and the
+    thread's later points move earlier by as much as their other predecessors allow.
+
+Changes:
+- ``remove CAUSE`` (host, launch, sync, copy): for every blank region of that cause, the
+  launching thread's time from the region's start until the next op's launch handed it over
+  is taken off that thread (time blocked inside a call waiting for the device excepted: it
+  follows the device). ``sync`` and ``copy`` also stop the blocking calls of that class
+  overlapping the region from waiting (the call keeps only its own cost).
+- ``scale GLOB=FACTOR``: GPU ops (kernels, copies, memsets) whose name matches the glob
+  take FACTOR times as long.
+
+The replay walks the blocking calls in the order they returned (a few per step); between
+two returns every GPU op is replayed at once, per stream, as a max-plus prefix scan
+(x_i = max(x_{i-1} + a_i, b_i) is ``A_i + max.accumulate(b - A)``), so a 1M-event trace takes
+a Python step per blocking call and numpy for the rest.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+import numpy as np
+
+from gaplens.analysis.memo import per_trace
+from gaplens.loaders.model import Trace, TraceError
+
+#: Causes whose host-side time can be taken off a thread.
+REMOVABLE = ("host", "launch", "sync", "copy")
+#: Causes whose blocking calls stop waiting when removed (sync calls; synchronous copy calls).
+UNBLOCKS = {"sync": 3, "copy": 2}  # analysis.calls.Call values
+#: A predicted change of the median step below this share is "no gain": it is under the
+#: step-to-step spread of the recordings this was checked on (round-3 pairs, 1-3%).
+NO_GAIN_SHARE = 0.01
+#: Replay passes over one batch of ops that wait on each other across streams (a chain of
+#: cross-stream waits deeper than this inside one sync interval is cut, and noted).
+MAX_WAIT_PASSES = 8
+#: "minus infinity" for int64 times: far below any trace time, far from overflow when added to.
+NEG = -(1 << 62)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One change: ``Change("remove", "host")`` or ``Change("scale", "Memcpy HtoD*", 0.12)``."""
+
+    kind: str
+    target: str
+    factor: float = 1.0
+
+    def text(self) -> str:
+        return f"--remove {self.target}" if self.kind == "remove" else f"--scale '{self.target}={self.factor:g}'"
+
+
+def parse_scale(text: str) -> Change:
+    """``GLOB=FACTOR`` (the last ``=`` splits: globs may hold one) -> a scale change; ValueError if malformed."""
+    glob, sep, factor = text.rpartition("=")
+    if not sep or not glob:
+        raise ValueError(f"--scale wants GLOB=FACTOR, got {text!r}")
+    try:
+        f = float(factor)
+    except ValueError:
+        raise ValueError(f"--scale {text!r}: FACTOR must be a number") from None
+    if not np.isfinite(f) or f < 0:
+        raise ValueError(f"--scale {text!r}: FACTOR must be a finite number >= 0")
+    return Change("scale", glob, f)
+
+
+def parse_remove(cause: str) -> Change:
+    if cause not in REMOVABLE:
+        raise ValueError(f"--remove {cause!r}: one of {', '.join(REMOVABLE)} (host-side causes)")
+    return Change("remove", cause)
+
+
+# ---- the graph, as arrays the replay needs (independent of the change) ----------------------
+
+
+@dataclass
+class _Base:
+    g: np.ndarray  # GPU ops, sorted by (lane, start)
+    lane_rank: np.ndarray  # per position in g
+    lane_lo: np.ndarray  # first position of each lane rank
+    s: np.ndarray
+    e: np.ndarray
+    ov: np.ndarray  # overlap with the running end of the lane before it (>= 0)
+    r: np.ndarray  # the op's own latency after its latest constraint (>= 0)
+    call: np.ndarray  # launch call (event index) or -1
+    arrive: np.ndarray  # when the call handed the op over (NEG if none)
+    wsrc: np.ndarray  # position in g of the op it waited on, -1
+    wov: np.ndarray  # the wait source's end past this op's start (clock noise), >= 0
+    anchor: np.ndarray  # start when the op has no predecessor at all, else NEG
+    thread: np.ndarray  # per event: host thread number, -1 for device lanes
+    thread_pid: np.ndarray  # per thread number: its pid
+    # blocking calls, in the order they returned
+    b_call: np.ndarray
+    b_start: np.ndarray
+    b_end: np.ndarray
+    b_op: np.ndarray  # awaited op, as a position in g
+    b_wait: np.ndarray  # time the call spent waiting for the device
+    b_slack: np.ndarray  # slack of the sync edge (> 0 when the op had ended before the call)
+
+
+@per_trace
+def _base(trace: Trace) -> _Base:
+    from gaplens.analysis.busy import gpu_work
+    from gaplens.analysis.calls import Call, api_class
+    from gaplens.analysis.critical_path import _infer_waits, graph
+    from gaplens.analysis.waits import event_waits
+
+    start, end = trace.start_ns, trace.end_ns
+    ops = gpu_work(trace)
+    order = np.lexsort((start[ops], trace.lane[ops]))
+    g = ops[order]
+    lane = trace.lane[g].astype(np.int64)
+    new_lane = np.ones(g.size, dtype=bool)
+    new_lane[1:] = lane[1:] != lane[:-1]
+    lane_rank = np.cumsum(new_lane) - 1
+    lane_lo = np.flatnonzero(new_lane)
+    s, e = start[g].astype(np.int64), end[g].astype(np.int64)
+    # running max of ends before each op on its lane
+    pe = np.full(g.size, NEG, np.int64)
+    if g.size:
+        span = int(e.max()) - int(e.min()) + 1
+        shifted = (e - int(e.min())) + lane_rank * span
+        reach = np.maximum.accumulate(shifted) - lane_rank * span + int(e.min())
+        pe[1:] = reach[:-1]
+        pe[new_lane] = NEG
+    ov = np.where(pe > s, pe - s, 0)
+    pe_eff = pe - ov
+    # launch: copy and sync calls enqueue on entry; a launch call hands over when it returns
+    cls = api_class(trace)
+    a = trace.launch[g]
+    a0 = np.maximum(a, 0)
+    ok = (a >= 0) & (start[a0] <= s)
+    arrive = np.where(cls[a0] >= Call.COPY, start[a0], np.minimum(end[a0], s))
+    arrive = np.where(ok, arrive, NEG)
+    call = np.where(ok, a, -1)
+    # cross-stream waits: every recorded one (not only the binding one) plus the inferred ones
+    pos = np.full(len(trace), -1, np.int64)
+    pos[g] = np.arange(g.size)
+    wsrc = np.full(g.size, -1, np.int64)
+    dst, src = event_waits(trace, ops)
+    if dst.size:
+        last = np.lexsort((end[src], dst))
+        dst, src = dst[last], src[last]
+        keep = np.ones(dst.size, dtype=bool)
+        keep[:-1] = dst[1:] != dst[:-1]
+        wsrc[pos[dst[keep]]] = pos[src[keep]]
+    if g.size:
+        inferred = np.where(wsrc >= 0, g[np.maximum(wsrc, 0)], -1)
+        _infer_waits(trace, g, np.maximum(pe, arrive), inferred)
+        wsrc = np.where(inferred >= 0, pos[np.maximum(inferred, 0)], -1)
+    w_end = np.where(wsrc >= 0, e[np.maximum(wsrc, 0)], NEG)
+    wov = np.where(w_end > s, w_end - s, 0)
+    latest = np.maximum(np.maximum(pe_eff, arrive), w_end - wov)
+    anchor = np.where(latest <= NEG, s, NEG)
+    r = np.where(latest <= NEG, 0, s - latest)
+
+    # host threads
+    lane_thread = np.full(len(trace.lanes), -1, np.int64)
+    keys: dict[tuple[int, int], int] = {}
+    pids: list[int] = []
+    for ln in trace.lanes:
+        if not ln.is_gpu and ln.pid != -1:
+            k = keys.setdefault((ln.pid, ln.tid), len(keys))
+            if k == len(pids):
+                pids.append(ln.pid)
+            lane_thread[ln.id] = k
+    thread = lane_thread[trace.lane]
+
+    gr = graph(trace)
+    bc, bo = gr.blocking, gr.awaited
+    by_end = np.argsort(end[bc], kind="stable")
+    bc, bo = bc[by_end], bo[by_end]
+    b_start, b_end = start[bc].astype(np.int64), end[bc].astype(np.int64)
+    o_end = end[bo].astype(np.int64)
+    b_wait = np.clip(o_end - b_start, 0, b_end - b_start)
+    b_slack = np.maximum(0, b_start - o_end)
+    return _Base(
+        g, lane_rank, lane_lo, s, e, ov, r, call, arrive, wsrc, wov, anchor, thread,
+        np.asarray(pids, np.int64), bc, b_start, b_end, pos[bo], b_wait, b_slack,
+    )  # fmt: skip
+
+
+# ---- host time taken off threads ---------------------------------------------------------
+
+
+class _Deleted:
+    """Host time taken off each thread, as disjoint keyed intervals (thread band * span + time)."""
+
+    def __init__(self, thread: np.ndarray, s: np.ndarray, e: np.ndarray, t0: int, span: int) -> None:
+        self.t0, self.span = t0, span
+        ks = thread * span + (np.asarray(s, np.int64) - t0)
+        ke = thread * span + (np.asarray(e, np.int64) - t0)
+        ok = ke > ks
+        self.s, self.e = _union(ks[ok], ke[ok])
+        self.cum = np.concatenate(([0], np.cumsum(self.e - self.s)))
+
+    def key(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return np.asarray(thread, np.int64) * self.span + (np.clip(np.asarray(t, np.int64), self.t0, None) - self.t0)
+
+    def before(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Deleted time on ``thread`` before ``t`` (counted from the thread's band start)."""
+        q = self.key(thread, t)
+        band = np.asarray(thread, np.int64) * self.span
+        return self._upto(q) - self._upto(band)
+
+    def _upto(self, q: np.ndarray) -> np.ndarray:
+        if self.s.size == 0:
+            return np.zeros(np.shape(q), np.int64)
+        k = np.searchsorted(self.s, q, "right")
+        last = np.maximum(k - 1, 0)
+        part = np.where(k > 0, np.clip(q - self.s[last], 0, self.e[last] - self.s[last]), 0)
+        return np.where(k > 0, self.cum[last] + part, 0)
+
+    @property
+    def total(self) -> int:
+        return int(self.cum[-1])
+
+
+def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if s.size == 0:
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    reach = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    idx = np.flatnonzero(new)
+    ends = np.maximum.reduceat(e, idx)
+    return s[idx], ends
+
+
+def _subtract(s: np.ndarray, e: np.ndarray, cut_s: np.ndarray, cut_e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals [s, e) minus the union of [cut_s, cut_e) (all keyed; result disjoint)."""
+    s, e = _union(s, e)
+    cs, ce = _union(cut_s, cut_e)
+    if s.size == 0 or cs.size == 0:
+        return s, e
+    # boundaries of the kept set: the sweep over +1 (interval) and -1 (cut) coverage
+    t = np.concatenate((s, e, cs, ce))
+    d = np.concatenate((np.ones(s.size), -np.ones(e.size), -np.ones(cs.size) * 2, np.ones(ce.size) * 2))
+    o = np.lexsort((d, t))
+    t, d = t[o], d[o]
+    cov = np.cumsum(d)  # 1 inside an interval and outside every cut
+    inside = cov == 1
+    seg_s, seg_e = t[:-1][inside[:-1]], t[1:][inside[:-1]]
+    keep = seg_e > seg_s
+    return _union(seg_s[keep], seg_e[keep])
+
+
+# ---- the replay ----------------------------------------------------------------------------
+
+
+@dataclass
+class Replay:
+    """Old and new times of the GPU ops (in ``_Base.g`` order) and the host threads' shifts."""
+
+    base: _Base
+    snew: np.ndarray
+    enew: np.ndarray
+    base_shift: np.ndarray  # per blocking call (return order): its return's shift; index 0 = "none yet"
+    deleted: _Deleted
+    b_thread_exits: tuple  # (keys sorted, index) per thread / per process for host lookups
+    notes: list[str]
+
+    def host_shift(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Shift of host points at ``t`` on ``thread`` (ns, negative = earlier)."""
+        return _host_shift(self, np.asarray(thread, np.int64), np.asarray(t, np.int64))
+
+
+def _exit_lookup(b: _Base, span: int, t0: int) -> tuple:
+    bt = b.thread[b.b_call]
+    by_thread = bt * span + (b.b_end - t0)
+    o1 = np.argsort(by_thread, kind="stable")
+    bp = b.thread_pid[bt] if bt.size else bt
+    pid_rank = {p: i for i, p in enumerate(np.unique(b.thread_pid).tolist())}
+    prank = np.asarray([pid_rank[p] for p in bp.tolist()], np.int64)
+    by_pid = prank * span + (b.b_end - t0)
+    o2 = np.argsort(by_pid, kind="stable")
+    blocks = np.zeros(b.thread_pid.size, dtype=bool)
+    blocks[bt] = True
+    thread_prank = np.asarray([pid_rank[p] for p in b.thread_pid.tolist()], np.int64)
+    return by_thread[o1], o1, by_pid[o2], o2, blocks, thread_prank
+
+
+def _latest_exit(lk: tuple, thread: np.ndarray, t: np.ndarray, span: int, t0: int) -> np.ndarray:
+    """Index (return order) of the latest blocking return at or before ``t`` on the thread (or its process), -1."""
+    k_thr, o_thr, k_pid, o_pid, blocks, thread_prank = lk
+    out = np.full(thread.size, -1, np.int64)
+    if k_thr.size == 0 or thread.size == 0:
+        return out
+    tt = np.clip(t, t0, None) - t0
+    own = (thread >= 0) & blocks[np.maximum(thread, 0)]
+    for mask, keys, order, group in (
+        (own, k_thr, o_thr, thread),
+        ((thread >= 0) & ~own, k_pid, o_pid, thread_prank[np.maximum(thread, 0)]),
+    ):
+        if not mask.any():
+            continue
+        q = group[mask] * span + tt[mask]
+        k = np.searchsorted(keys, q, "right") - 1
+        hit = (k >= 0) & (keys[np.maximum(k, 0)] // span == group[mask])
+        out[mask] = np.where(hit, order[np.maximum(k, 0)], -1)
+    return out
+
+
+def _host_shift(rp: Replay, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+    b = rp.base
+    kk = _latest_exit(rp.b_thread_exits, thread, t, rp.deleted.span, rp.deleted.t0)
+    th = np.maximum(thread, 0)
+    ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, rp.deleted.t0)
+    lost = rp.deleted.before(th, t) - rp.deleted.before(th, ref)
+    out = rp.base_shift[kk + 1] - np.where(thread >= 0, lost, 0)
+    return np.where(thread >= 0, out, 0)
+
+
+def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
+    """Replay the trace's graph with ``changes``; also what each change touched (for ``changes``)."""
+    b = _base(trace)
+    t0 = int(trace.start_ns.min()) if len(trace) else 0
+    span = (int(trace.end_ns.max()) - t0 + 2) if len(trace) else 2
+    n_threads = max(int(b.thread_pid.size), 1)
+    if n_threads * span >= (1 << 62):
+        raise TraceError("trace too long for the what-if replay's time keys")
+    d = b.e - b.s
+    dnew = d.copy()
+    described: list[dict] = []
+    notes: list[str] = []
+    del_thread: list[np.ndarray] = []
+    del_s: list[np.ndarray] = []
+    del_e: list[np.ndarray] = []
+    unblock = np.zeros(b.b_call.size, dtype=bool)
+    for ch in changes:
+        if ch.kind == "scale":
+            hit = _match(trace, b.g, ch.target)
+            dnew[hit] = np.round(d[hit] * ch.factor).astype(np.int64)
+            described.append(
+                {"kind": "scale", "glob": ch.target, "factor": ch.factor, "ops": int(hit.sum()),
+                 "gpu_ns": int(d[hit].sum()), "gpu_ns_after": int(dnew[hit].sum())}
+            )  # fmt: skip
+        else:
+            th, s0, s1, desc, ub = _removal(trace, b, ch.target)
+            del_thread.append(th)
+            del_s.append(s0)
+            del_e.append(s1)
+            unblock |= ub
+            described.append(desc)
+    cat = np.concatenate
+    ds = cat(del_s) if del_s else np.empty(0, np.int64)
+    de = cat(del_e) if del_e else np.empty(0, np.int64)
+    dt = cat(del_thread) if del_thread else np.empty(0, np.int64)
+    # time blocked in a call waiting for the device is not host work: never taken off
+    bt = b.thread[b.b_call]
+    keyed = _Deleted(np.empty(0, np.int64), ds[:0], de[:0], t0, span)
+    ks, ke = _subtract(
+        keyed.key(dt, ds), keyed.key(dt, de), keyed.key(bt, b.b_start), keyed.key(bt, b.b_start + b.b_wait)
+    )
+    deleted = _Deleted(ks // span, ks % span + t0, ke % span + t0, t0, span)
+    removed_total = deleted.total
+    for desc in described:
+        if desc["kind"] == "remove":
+            desc["host_ns"] = removed_total if len([c for c in changes if c.kind == "remove"]) == 1 else None
+    lk = _exit_lookup(b, span, t0)
+    rp = Replay(
+        b, np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(b.b_call.size + 1, np.int64), deleted, lk, notes
+    )
+    _run(rp, dnew, unblock, span, t0)
+    return rp, described
+
+
+def _match(trace: Trace, g: np.ndarray, glob: str) -> np.ndarray:
+    ids = trace.name_id[g]
+    used = np.unique(ids)
+    ok = np.asarray([fnmatch.fnmatchcase(trace.names[int(i)], glob) for i in used.tolist()], dtype=bool)
+    table = np.zeros(len(trace.names), dtype=bool)
+    table[used[ok]] = True
+    return table[ids]
+
+
+def _removal(trace: Trace, b: _Base, cause: str):
+    """(threads, starts, ends) of host time to take off, a description, and the calls that stop blocking."""
+    from gaplens.analysis.gaps import CAUSES, gap_columns
+
+    cols = gap_columns(trace)
+    sel = np.flatnonzero(cols.cause == CAUSES.index(cause)) if cause in CAUSES else np.empty(0, np.int64)
+    nxt = cols.next_op[sel]
+    call = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
+    has = call >= 0
+    c = call[has]
+    g0 = cols.start_ns[sel][has]
+    # until the call handed the op over (copy/sync calls enqueue at entry; launches when they return)
+    from gaplens.analysis.calls import Call, api_class
+
+    cls = api_class(trace)[c]
+    handed = np.where(cls >= Call.COPY, trace.start_ns[c], trace.end_ns[c])
+    g1 = np.minimum(cols.end_ns[sel][has], handed)
+    th = b.thread[c]
+    okt = th >= 0
+    th, g0, g1 = th[okt], g0[okt], g1[okt]
+    unblock = np.zeros(b.b_call.size, dtype=bool)
+    if cause in UNBLOCKS and b.b_call.size and th.size:
+        bt = b.thread[b.b_call]
+        cls_b = api_class(trace)[b.b_call]
+        mine = cls_b == UNBLOCKS[cause]
+        for t in np.unique(th).tolist():  # per thread (a handful), vectorised over regions
+            calls = np.flatnonzero(mine & (bt == t))
+            if calls.size == 0:
+                continue
+            cs = b.b_start[calls]
+            o = np.argsort(cs)
+            calls, cs = calls[o], cs[o]
+            ce = b.b_end[calls]
+            m = th == t
+            lo = np.searchsorted(ce, g0[m], "right")
+            hi = np.searchsorted(cs, cols.end_ns[sel][has][okt][m], "left")
+            cover = np.zeros(calls.size + 1, np.int64)
+            np.add.at(cover, lo, 1)
+            np.add.at(cover, np.maximum(hi, lo), -1)
+            unblock[calls[np.cumsum(cover)[:-1] > 0]] = True
+    on = cols.on_path[sel]
+    dur = cols.end_ns[sel] - cols.start_ns[sel]
+    desc = {
+        "kind": "remove",
+        "cause": cause,
+        "regions": int(sel.size),
+        "on_critical_path": int(on.sum()),
+        "blank_ns": int(dur.sum()),
+        "blank_on_path_ns": int(dur[on].sum()),
+        "untraced_regions": int((~has).sum() + (~okt).sum()),
+        "calls_unblocked": int(unblock.sum()),
+    }
+    return th, g0, g1, desc, unblock
+
+
+def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
+    b = rp.base
+    n = b.g.size
+    enew = np.full(n, NEG, np.int64)
+    snew = np.full(n, NEG, np.int64)
+    xnew = np.full(n, NEG, np.int64)  # running max of new ends on the lane, through each op
+    if n == 0:
+        rp.snew, rp.enew = snew, enew
+        return
+    # launch arrivals: host shift = shift of the latest return + time taken off since
+    has = b.call >= 0
+    a_thread = np.where(has, b.thread[np.maximum(b.call, 0)], -1)
+    kk = _latest_exit(rp.b_thread_exits, a_thread, b.arrive, span, t0)
+    th = np.maximum(a_thread, 0)
+    ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, t0)
+    lost = rp.deleted.before(th, b.arrive) - rp.deleted.before(th, ref)
+    a_fix = np.where(has & (a_thread >= 0), b.arrive - lost, b.arrive)
+    a_kk = np.where(has & (a_thread >= 0), kk + 1, 0)
+    # blocking calls: what their return owes to their own thread
+    nb = b.b_call.size
+    bt = b.thread[b.b_call]
+    prev = _latest_exit(rp.b_thread_exits, bt, b.b_start, span, t0) if nb else np.empty(0, np.int64)
+    ref_b = np.where(prev >= 0, b.b_end[np.maximum(prev, 0)] if nb else 0, t0)
+    host_off = (rp.deleted.before(bt, b.b_end) - rp.deleted.before(bt, ref_b) + b.b_wait).tolist()
+    prev_l = (prev + 1).tolist()
+    b_op = b.b_op.tolist()
+    b_e_old = b.e[b.b_op].tolist() if nb else []
+    b_slack = b.b_slack.tolist()
+    unblock_l = unblock.tolist()
+    # chunks: ops starting between consecutive returns, as position ranges per lane
+    n_lanes = b.lane_lo.size
+    lane_key = b.lane_rank * span + (b.s - t0)
+    bounds = np.concatenate((b.b_end, [t0 + span]))
+    q = (np.arange(n_lanes)[:, None] * span + (np.clip(bounds, t0, None) - t0)[None, :]).ravel()
+    P = np.searchsorted(lane_key, q, "left").reshape(n_lanes, -1)
+    P = np.concatenate((b.lane_lo[:, None], P), axis=1)  # column 0: each lane's first op
+    lane_hi = np.append(b.lane_lo[1:], n)
+    P = np.minimum(P, lane_hi[:, None])
+    shift = rp.base_shift
+    ctx = (b, dnew, a_fix, a_kk, shift, enew, snew, xnew)
+    for k in range(nb):
+        _chunk(ctx, P[:, k], P[:, k + 1])
+        cand = shift[prev_l[k]] - host_off[k]
+        if not unblock_l[k]:
+            o = b_op[k]
+            cand = max(cand, int(enew[o]) - b_e_old[k] - b_slack[k])
+        shift[k + 1] = cand
+    _chunk(ctx, P[:, nb], P[:, nb + 1])
+    rp.snew, rp.enew = snew, enew
+
+
+def _chunk(ctx: tuple, lo: np.ndarray, hi: np.ndarray) -> None:
+    """Replay the ops at positions [lo[l], hi[l]) of each lane l: a segmented max-plus scan per lane."""
+    b, dnew, a_fix, a_kk, shift, enew, snew, xnew = ctx
+    lens = hi - lo
+    live = lens > 0
+    if not live.any():
+        return
+    lo, lens = lo[live], lens[live]
+    total = int(lens.sum())
+    seg_start = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    idx = np.repeat(lo - seg_start, lens) + np.arange(total)
+    seg = np.repeat(np.arange(lens.size), lens)
+    first_pos = lo  # position in g of each segment's first op
+    carry = np.where(first_pos > b.lane_lo[b.lane_rank[first_pos]], xnew[np.maximum(first_pos - 1, 0)], NEG)
+    has_l = b.call[idx] >= 0
+    L = np.where(has_l, a_fix[idx] + shift[a_kk[idx]], NEG)
+    ws = b.wsrc[idx]
+    r, ov, dd = b.r[idx], b.ov[idx], dnew[idx]
+    a_inc = np.maximum(0, r + dd - ov)
+    A = np.cumsum(a_inc)
+    A -= np.repeat(A[seg_start] - a_inc[seg_start], lens)
+    for _ in range(MAX_WAIT_PASSES):
+        W = np.where(ws >= 0, enew[np.maximum(ws, 0)] - b.wov[idx], NEG)
+        B = np.maximum(np.maximum(L, W), b.anchor[idx])
+        bb = np.where(B > NEG // 2, B + r + dd, NEG)
+        vals = bb - A
+        finite = vals > NEG // 2
+        if finite.any():
+            lo_v = int(vals[finite].min()) - 1
+            hi_v = int(vals[finite].max())
+            width = hi_v - lo_v + 1
+            sh = np.where(finite, vals, lo_v) - lo_v + seg * width
+            pm = np.maximum.accumulate(sh) - seg * width + lo_v
+            pm = np.where(pm <= lo_v, NEG, pm)
+        else:
+            pm = np.full(total, NEG, np.int64)
+        c = np.repeat(carry, lens)
+        best = np.maximum(c, pm)
+        x = np.where(best > NEG // 2, A + best, NEG)
+        x_prev = np.empty_like(x)
+        x_prev[1:] = x[:-1]
+        x_prev[seg_start] = carry
+        st = np.maximum(np.where(x_prev > NEG // 2, x_prev - ov, NEG), B)
+        st = np.where(st > NEG // 2, st + r, b.s[idx])
+        en = st + dd
+        changed = not np.array_equal(en, enew[idx])
+        snew[idx], enew[idx], xnew[idx] = st, en, np.maximum(x, en)
+        if not changed or not (ws >= 0).any():
+            break
+
+
+# ---- steps and the answer -------------------------------------------------------------------
+
+
+def _steps(trace: Trace) -> tuple[str, list[tuple[int, int]], list[str], list[int]]:
+    """(label, host spans, names, steady indices) from the step owner; empty when the trace has no step."""
+    try:
+        from gaplens.analysis.steps import steps
+    except ImportError:  # the step owner has not landed: ProfilerStep#N only
+        return _profiler_steps(trace)
+    st = steps(trace)
+    if not st:
+        return "", [], [], []
+    return st.label, [(int(a), int(z)) for a, z in st.host_spans], list(st.names), [int(k) for k in st.steady]
+
+
+def _profiler_steps(trace: Trace) -> tuple[str, list[tuple[int, int]], list[str], list[int]]:
+    import re
+
+    rx = re.compile(r"^ProfilerStep#\d+$")
+    ids = [i for i, nm in enumerate(trace.names) if rx.match(nm)]
+    if not ids:
+        return "", [], [], []
+    ev = np.flatnonzero(np.isin(trace.name_id, ids) & ~np.isin(trace.lane, [ln.id for ln in trace.lanes if ln.is_gpu]))
+    ev = ev[np.argsort(trace.start_ns[ev], kind="stable")]
+    spans = list(zip(trace.start_ns[ev].tolist(), trace.end_ns[ev].tolist(), strict=True))
+    names = [trace.name(int(i)) for i in ev]
+    if len(spans) < 3:
+        return "", [], [], []
+    dur = np.asarray([z - a for a, z in spans])
+    med = float(np.median(dur[1:]))
+    steady = [k for k in range(1, len(spans)) if dur[k] < 2 * med]
+    return "ProfilerStep", spans, names, steady
+
+
+def _step_threads(trace: Trace, b: _Base, spans: list[tuple[int, int]], names: list[str]) -> np.ndarray:
+    """The host thread each step range ran on (the busiest launching thread when not found)."""
+    out = np.full(len(spans), -1, np.int64)
+    want = {nm for nm in names}
+    ids = [i for i, nm in enumerate(trace.names) if nm in want]
+    if ids:
+        ev = np.flatnonzero(np.isin(trace.name_id, ids) & (b.thread >= 0))
+        where = {
+            (s, e): t
+            for s, e, t in zip(
+                trace.start_ns[ev].tolist(), trace.end_ns[ev].tolist(), b.thread[ev].tolist(), strict=True
+            )
+        }
+        out[:] = [where.get(sp, -1) for sp in spans]
+    if (out < 0).any():
+        launchers = b.thread[b.call[b.call >= 0]]
+        launchers = launchers[launchers >= 0]
+        out[out < 0] = int(np.bincount(launchers).argmax()) if launchers.size else -1
+    return out
+
+
+def whatif(trace: Trace, changes: list[Change]) -> dict:
+    """The ``whatif --json`` object (DESIGN.md § What-if and the gate)."""
+    from gaplens.analysis.busy import gpu_window
+
+    rp, described = replay(trace, changes)
+    b = rp.base
+    w0, w1 = gpu_window(trace)
+    measured_window = w1 - w0
+    if b.g.size:
+        predicted_window = int(rp.enew.max()) - int(rp.snew.min())
+    else:
+        predicted_window = measured_window
+    label, spans, names, steady = _steps(trace)
+    per_step = []
+    m_med = p_med = None
+    if spans:
+        th = _step_threads(trace, b, spans, names)
+        s0 = np.asarray([a for a, _ in spans], np.int64)
+        s1 = np.asarray([z for _, z in spans], np.int64)
+        p0 = s0 + rp.host_shift(th, s0)
+        p1 = s1 + rp.host_shift(th, s1)
+        pred = np.maximum(p1 - p0, 0)
+        warm = set(range(len(spans))) - set(steady)
+        per_step = [
+            {"name": nm, "measured_ns": int(z - a), "predicted_ns": int(p), "warmup": k in warm}
+            for k, (nm, (a, z), p) in enumerate(zip(names, spans, pred.tolist(), strict=True))
+        ]
+        use = steady or list(range(len(spans)))
+        m_med = int(np.median((s1 - s0)[use]))
+        p_med = int(np.median(pred[use]))
+    out = {
+        "origin_ns": int(trace.meta.origin_ns),
+        "changes": described,
+        "window_ns": {"measured": int(measured_window), "predicted": int(predicted_window)},
+        "steps": {
+            "label": label,
+            "count": len(spans),
+            "measured_median_ns": m_med,
+            "predicted_median_ns": p_med,
+        },
+        "per_step": per_step,
+        "notes": _notes(trace, rp, described, measured_window, predicted_window, m_med, p_med, label),
+    }
+    return out
+
+
+def _notes(trace, rp, described, mw, pw, m_med, p_med, label) -> list[str]:
+    from gaplens.analysis.units import fmt_ns
+
+    notes = list(rp.notes)
+    gain = (m_med - p_med) if m_med is not None and p_med is not None else mw - pw
+    scale = m_med if m_med else mw
+    no_gain = scale <= 0 or abs(gain) < NO_GAIN_SHARE * scale
+    if not label:
+        notes.append("the trace has no steps (no numbered user range family, no ProfilerStep#): window only")
+    for d in described:
+        if d["kind"] == "remove":
+            if d["regions"] == 0:
+                notes.append(f"no blank region has cause {d['cause']}: nothing to remove")
+                continue
+            if d["untraced_regions"]:
+                notes.append(
+                    f"{d['untraced_regions']} of {d['regions']} {d['cause']} regions have no traced launching "
+                    "thread: their host time stays"
+                )
+            if no_gain:
+                if d["on_critical_path"] == 0:
+                    why = (
+                        f"none of the {d['regions']} {d['cause']} regions ({fmt_ns(d['blank_ns'])}) is on the "
+                        "critical path: the device was waiting on other work, so the host time behind them "
+                        "moves nothing that follows"
+                    )
+                else:
+                    why = (
+                        f"the {d['cause']} time taken off ({fmt_ns(d.get('host_ns') or 0)}) is absorbed before "
+                        "the step ends: later work waits on the device or on a blocking call that did not move"
+                    )
+                notes.append(f"no gain from --remove {d['cause']}: {why}")
+        else:
+            if d["ops"] == 0:
+                notes.append(f"no GPU op matches {d['glob']!r}: nothing to scale")
+            elif no_gain:
+                notes.append(
+                    f"no gain from --scale '{d['glob']}={d['factor']:g}' ({d['ops']} ops, "
+                    f"{fmt_ns(d['gpu_ns'])} -> {fmt_ns(d['gpu_ns_after'])}): they are off the critical path "
+                    "(other streams carried the time, or the host set the pace)"
+                )
+    return notes
+
+
+def predicted_gain(trace: Trace, cause: str) -> tuple[int, int] | None:
+    """(measured, predicted) median step in ns with ``--remove cause``; None without steps or such regions."""
+    r = whatif(trace, [parse_remove(cause)])
+    st = r["steps"]
+    if st["measured_median_ns"] is None or not r["changes"] or r["changes"][0]["regions"] == 0:
+        return None
+    return int(st["measured_median_ns"]), int(st["predicted_median_ns"])
