@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.loaders.model import TraceError
-from gaplens.loaders.validate import loose_json
+from gaplens.loaders.validate import TooDeep, loose_json
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True
@@ -242,11 +242,16 @@ def top_level(prefix: bytes, trailer: bytes, bare: bool, warnings: list[str], tr
         return {"__bare_array__": True}
     try:
         doc = loose_json(prefix + b"[" + (b"" if truncated else b"]") + trailer)
-    except ValueError:
-        if not truncated:
-            warnings.append("damaged JSON after traceEvents: keys written after the events are ignored")
+    except ValueError as exc:
         try:
             doc = loose_json(prefix + b"[]}")
+        except TooDeep as deep:
+            # The events themselves are fine: keep them, without the document's other keys.
+            warnings.append(f"{deep} before traceEvents: the trace's top-level keys are ignored")
+            return {}
         except ValueError:
             raise TraceError("not valid JSON before traceEvents: not a readable trace") from None
+        if not truncated:
+            why = f"{exc} after traceEvents" if isinstance(exc, TooDeep) else "damaged JSON after traceEvents"
+            warnings.append(f"{why}: keys written after the events are ignored")
     return doc if isinstance(doc, dict) else {}

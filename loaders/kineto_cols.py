@@ -140,6 +140,8 @@ def number_text(value) -> str:
     """A detail number: integral values without a fraction (``100``), others as Python prints floats."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return str(value)
+    if isinstance(value, int) or (isinstance(value, Decimal) and (not value.is_finite() or value.adjusted() > 300)):
+        return str(value)  # exact at any length: float() overflows past ~1e308
     f = float(value)
     return str(int(f)) if f.is_integer() else repr(f)
 

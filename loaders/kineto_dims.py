@@ -29,9 +29,28 @@ _BLANK[[9, 10, 13, 32]] = 1
 _SPACE = re.compile(rb"\s+")
 
 
+#: Nesting of an Input Dims value worth printing: shapes are 2 deep, TensorList inputs 3; deeper is
+#: no shape, and printing it (Python's repr recurses) must not reach the interpreter's frame limit.
+DIMS_DEPTH_LIMIT = 32
+
+
 def dims_text(value) -> str:
     """The detail for a decoded value: Python's print of it, decimals as floats (orjson's reading)."""
+    if _depth(value) > DIMS_DEPTH_LIMIT:
+        return f"Input Dims [nested deeper than {DIMS_DEPTH_LIMIT} levels]"
     return f"Input Dims {_plain(value)}"
+
+
+def _depth(value) -> int:
+    """How deep lists nest in ``value``, level by level without recursion (stops past the limit)."""
+    depth, level = 0, [value]
+    while depth <= DIMS_DEPTH_LIMIT:
+        lists = [v for v in level if isinstance(v, list)]
+        if not lists:
+            break
+        depth += 1
+        level = [item for v in lists for item in v]
+    return depth
 
 
 def _plain(value):

@@ -48,6 +48,10 @@ _NUMBER = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d{1,4})?\s*")
 _TEXT_LIMIT = 1000  # characters of one metadata string
 _ITEMS_LIMIT = 1000  # entries of one metadata list or dict
 _DEPTH_LIMIT = 6
+#: Nesting the stdlib JSON fallback may decode: it recurses once per level inside Python's 1,000-frame
+#: limit (orjson refuses past 1,024 itself), so half of that leaves room for the caller's frames.
+JSON_DEPTH_LIMIT = 500
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
 @dataclass
@@ -303,18 +307,40 @@ def _bounded_float(text: str) -> Decimal | None:
     return _decimal(text)
 
 
+class TooDeep(ValueError):
+    """JSON nested deeper than ``JSON_DEPTH_LIMIT``: refused before any recursive decoder sees it."""
+
+    def __init__(self) -> None:
+        super().__init__(f"JSON nested deeper than {JSON_DEPTH_LIMIT} levels")
+
+
+def json_depth(raw: bytes) -> int:
+    """The deepest nesting of ``[``/``{`` outside strings, in one pass (no recursion)."""
+    bare = np.frombuffer(_JSON_STRING.sub(b'""', raw), np.uint8)
+    step = (bare == 91).astype(np.int32) + (bare == 123) - (bare == 93) - (bare == 125)
+    return int(np.cumsum(step).max(initial=0))
+
+
 def loose_json(raw: bytes) -> object:
-    """orjson, else the stdlib with bounded numbers (ints past 64 bits, NaN); raises ValueError when not JSON."""
+    """orjson, else the stdlib with bounded numbers (ints past 64 bits, NaN); raises ValueError when not JSON.
+
+    Nesting deeper than ``JSON_DEPTH_LIMIT`` raises ``TooDeep`` (a ValueError), never RecursionError.
+    """
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
-    return json.loads(
-        raw.decode("utf-8", "replace"),
-        parse_int=_bounded_int,
-        parse_float=_bounded_float,
-        parse_constant=lambda _: None,
-    )
+    if json_depth(raw) > JSON_DEPTH_LIMIT:
+        raise TooDeep
+    try:
+        return json.loads(
+            raw.decode("utf-8", "replace"),
+            parse_int=_bounded_int,
+            parse_float=_bounded_float,
+            parse_constant=lambda _: None,
+        )
+    except RecursionError:  # a caller already deep in its own frames
+        raise TooDeep from None
 
 
 def kineto_repairs(damage: str, malformed: int, bad_start: int, bad_dur: int) -> Repairs:

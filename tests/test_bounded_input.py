@@ -1,0 +1,114 @@
+"""Hostile inputs that must end, bounded: deep nesting, huge integers, SQLite views, blank bombs (issue 22 item 4).
+
+Each trace is built by hand here; expectations come from what the file holds (two events,
+a kernel and its launch), never from the loader's own output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from gaplens.loaders import load
+from gaplens.loaders.validate import JSON_DEPTH_LIMIT, TooDeep, json_depth, loose_json
+from gaplens.tui.cli import main
+
+KERNEL = {
+    "ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 100, "dur": 5,
+    "args": {"correlation": 1, "device": 0, "stream": 7, "grid": [1, 1, 1]},
+}  # fmt: skip
+LAUNCH = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 90, "dur": 5,
+          "args": {"correlation": 1}}  # fmt: skip
+EVENTS = json.dumps([KERNEL, LAUNCH])[1:-1]
+
+
+def _deep(n: int) -> str:
+    return "[" * n + "]" * n
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, list[str]]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in err
+    return rc, out, [line for line in err.splitlines() if line.strip()]
+
+
+# ---- deep nesting -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [1_100, 10_000])
+def test_deep_key_after_the_events_is_a_warning(tmp_path, capsys, depth):
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[' + EVENTS + '],"schemaVersion":1,"x":' + _deep(depth) + "}")
+    rc, _, err = _run(capsys, "summary", str(path))
+    assert rc == 0
+    assert len(err) == 1 and f"nested deeper than {JSON_DEPTH_LIMIT} levels after traceEvents" in err[0]
+    assert len(load(str(path))) == 2
+
+
+@pytest.mark.parametrize("depth", [1_100, 10_000])
+def test_deep_key_before_the_events_keeps_the_events(tmp_path, capsys, depth):
+    path = tmp_path / "t.json"
+    path.write_text('{"x":' + _deep(depth) + ',"traceEvents":[' + EVENTS + "]}")
+    rc, _, err = _run(capsys, "summary", str(path))
+    assert rc == 0
+    assert len(err) == 1 and "before traceEvents: the trace's top-level keys are ignored" in err[0]
+    assert len(load(str(path))) == 2
+
+
+def test_loose_json_refuses_depth_without_recursing():
+    assert json_depth(b'{"a": "[[[[", "b": [[1], {"c": []}]}') == 4  # brackets in strings do not count
+    assert loose_json(b"[NaN, " + _deep(JSON_DEPTH_LIMIT - 1).encode() + b"]") == [None, _nested(JSON_DEPTH_LIMIT - 1)]
+    with pytest.raises(TooDeep):
+        loose_json(b"[NaN, " + _deep(20_000).encode() + b"]")  # NaN: orjson refuses, the fallback must not recurse
+    with pytest.raises(ValueError):
+        loose_json(_deep(100_000).encode())
+
+
+def _nested(n: int) -> list:
+    out: list = []
+    for _ in range(n - 1):
+        out = [out]
+    return out
+
+
+def test_deep_input_dims_are_named_not_printed(tmp_path, capsys):
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 80, "dur": 5}
+    text = json.dumps(op)[:-1] + ', "args": {"Input Dims": ' + "[" * 600 + "1.5" + "]" * 600 + "}}"
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[' + EVENTS + "," + text + "]}")
+    rc, _, _ = _run(capsys, "summary", str(path))
+    assert rc == 0
+    trace = load(str(path))
+    assert "Input Dims [nested deeper than 32 levels]" in trace.details
+
+
+def test_deep_notes_file_is_ignored_with_one_warning(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GAPLENS_STATE_DIR", str(tmp_path / "state"))
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[' + EVENTS + "]}")
+    notes = tmp_path / "t.json.gaplens.json"
+    deep_key = '"x": ' + _deep(10_000) + ', "notes": []'
+    deep_text = '"notes": [{"id": 1, "start_ns": 0, "text": ' + _deep(1000) + "}]"
+    for body in (deep_key, deep_text):
+        notes.write_text('{"schema": "gaplens-notes", "version": 1, ' + body + "}")
+        rc, _, err = _run(capsys, "report", str(path))
+        assert rc == 0
+        assert any(re.search(r"ignoring notes file", line) for line in err), err
+
+
+# ---- numbers of any length ----------------------------------------------------------------
+
+
+def test_a_401_digit_kernel_arg_is_printed_exactly(tmp_path, capsys):
+    big = "9" * 401
+    kernel = json.dumps({**KERNEL, "args": {**KERNEL["args"], "registers per thread": 0}})
+    kernel = kernel.replace('"registers per thread": 0', f'"registers per thread": {big}')
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[' + kernel + "," + json.dumps(LAUNCH) + "]}")
+    rc, _, _ = _run(capsys, "summary", str(path))
+    assert rc == 0
+    trace = load(str(path))
+    assert any(f"regs {big}" in d for d in trace.details)
