@@ -1,7 +1,10 @@
 """The annotations store: step answers, pinned notes, marked phases and the chosen experiment.
 
-Saved as ``<trace>.gaplens.json`` beside the trace, or in the user's state directory
-when the trace's folder is not writable. Writes are atomic and durable
+Saved in the user's state directory (``state_dir()``), keyed by the trace's content, so a
+moved or copied trace keeps its notes and nothing is written where the user did not ask.
+Beside the trace (``<trace>.gaplens.json``) only on request (``GAPLENS_NOTES_BESIDE=1``,
+``gaplens --notes-beside``), falling back to the state directory when that folder is not
+writable; a file found beside the trace is still read (older gaplens wrote there). Writes are atomic and durable
 (``loaders.files.atomic_write``), so a crash mid-write leaves the previous file whole.
 Two windows on one trace share the file: a save takes a lock, re-reads the file and
 merges (``notes_merge``), so neither window's notes are lost. A store is keyed to the
@@ -32,6 +35,8 @@ from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none, loose_json
 SCHEMA = "gaplens-notes"
 VERSION = 1
 SUFFIX = ".gaplens.json"
+#: Set (to anything but "" or "0") to keep notes beside the trace instead of in the state directory.
+BESIDE_ENV = "GAPLENS_NOTES_BESIDE"
 _CHUNK = 1 << 20
 _MAX_TEXT = 4000  # a note is a sentence or a paragraph, not a document
 
@@ -259,15 +264,36 @@ def state_dir() -> Path:
     return Path(base) / "gaplens"
 
 
+def beside_requested() -> bool:
+    """Whether the user asked for notes and exports beside the trace (``GAPLENS_NOTES_BESIDE``)."""
+    return os.environ.get(BESIDE_ENV, "") not in ("", "0")
+
+
 def beside_path(trace_path: str | os.PathLike) -> Path:
     p = Path(trace_path)
     return p.with_name(p.name + SUFFIX)
 
 
-def state_path(trace_path: str | os.PathLike, fp: str) -> Path:
-    """One file per trace content in the state dir; the name keeps it recognisable."""
+def state_path(fp: str) -> Path:
+    """One file per trace content in the state dir, named by the content's hash alone (any name, any folder)."""
+    return state_dir() / "notes" / f"{fp.rsplit(':', 1)[-1]}{SUFFIX}"
+
+
+def legacy_state_path(trace_path: str | os.PathLike, fp: str) -> Path:
+    """Where gaplens before 0.2 kept a read-only folder's notes (read, never written)."""
     digest = fp.rsplit(":", 1)[-1][:16]
     return state_dir() / f"{Path(trace_path).name}.{digest}{SUFFIX}"
+
+
+def export_folder(trace_path: str | os.PathLike | None) -> Path:
+    """Where the viewer's exports go: ``state_dir()/exports``, or beside the trace when asked and writable."""
+    if trace_path and beside_requested():
+        parent = Path(trace_path).parent
+        if _writable(parent):
+            return parent
+    folder = state_dir() / "exports"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def _writable(folder: Path) -> bool:
@@ -277,7 +303,8 @@ def _writable(folder: Path) -> bool:
 class NotesStore:
     """Loads and saves the notes of one trace; remembers where they live.
 
-    ``warn`` receives one-line messages (ignored files, fallbacks); it never raises.
+    ``warn`` receives one-line messages (ignored files, fallbacks); it never raises. ``beside``
+    (default: ``beside_requested()``) saves beside the trace instead of in the state dir.
     """
 
     def __init__(
@@ -286,6 +313,7 @@ class NotesStore:
         origin_ns: int = 0,
         warn: Callable[[str], None] | None = None,
         writable: Callable[[Path], bool] = _writable,
+        beside: bool | None = None,
     ) -> None:
         self.trace_path = Path(trace_path)
         self.fingerprint = fingerprint(trace_path)
@@ -293,6 +321,7 @@ class NotesStore:
         self.warnings: list[str] = []
         self._warn_cb = warn
         self._writable = writable
+        self.beside = beside_requested() if beside is None else beside
         self.path: Path | None = None  # where the last load found / save wrote the notes
         self._unreadable: set[Path] = set()
         self._base: Notes | None = None  # the file as this window last read or wrote it
@@ -304,7 +333,12 @@ class NotesStore:
             self._warn_cb(msg)
 
     def candidates(self) -> list[Path]:
-        return [beside_path(self.trace_path), state_path(self.trace_path, self.fingerprint)]
+        """Every place notes for this content may be, read on load; the last one is the default home."""
+        return [
+            beside_path(self.trace_path),
+            legacy_state_path(self.trace_path, self.fingerprint),
+            state_path(self.fingerprint),
+        ]
 
     def load(self) -> Notes:
         """The notes saved for this trace's content, or empty notes (with warnings) when none are usable."""
@@ -336,7 +370,7 @@ class NotesStore:
             if not isinstance(data, dict):
                 raise ValueError("not a gaplens notes file")
             notes = Notes.from_dict(data, self._memo)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: repr of deep lists
             self._unreadable.add(path)
             self._warn(f"ignoring notes file {path}: {str(exc).splitlines()[0][:120]}")
             return None
@@ -366,7 +400,7 @@ class NotesStore:
         return notes
 
     def save(self, notes: Notes) -> Path:
-        """Merge into the saved file and write it, beside the trace or else in the state dir.
+        """Merge into the saved file and write it: in the state dir, or beside the trace when asked.
 
         Under the file's lock: re-read what other windows saved, apply this window's
         changes since it last read or wrote (``notes_merge``), write atomically. ``notes``
@@ -375,8 +409,8 @@ class NotesStore:
         notes.fingerprint = self.fingerprint
         notes.trace_name = notes.trace_name or self.trace_path.name
         notes.origin_ns = notes.origin_ns or self.origin_ns
-        beside, fallback = self.candidates()
-        targets = [beside] if self._writable(beside.parent) else []
+        beside, fallback = beside_path(self.trace_path), state_path(self.fingerprint)
+        targets = [beside] if self.beside and self._writable(beside.parent) else []
         targets.append(fallback)
         last_error: OSError | None = None
         for target in targets:
@@ -398,7 +432,7 @@ class NotesStore:
                 continue
             _adopt(notes, merged)
             self._base = _snapshot(merged)
-            if target == fallback and self.path != fallback:
+            if self.beside and target == fallback and self.path != fallback:
                 self._warn(f"{beside.parent} is not writable: notes saved in {fallback}")
             self.path = target
             return target
@@ -409,7 +443,8 @@ class NotesStore:
         theirs = self._read(target) if target not in self._unreadable else None
         if theirs is None:
             return _snapshot(notes)
-        base = self._base if self._base is not None else self._fresh()
+        # Loaded from elsewhere (a beside file being moved home): all of mine is new to ``target``.
+        base = self._base if self._base is not None and target == self.path else self._fresh()
         return merge(base, notes, self._rebase(theirs))
 
 

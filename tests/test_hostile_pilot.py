@@ -168,8 +168,8 @@ def test_hostile_trace_walks_the_whole_viewer(hostile_trace: Path) -> None:
     # The markup is shown as text somewhere on screen, not turned into a link.
     assert any("[link=x]" in _OWN.sub("", f) for f in frames.values())
     assert not any("\x1b]8;" in f for f in frames.values())  # no hyperlink escape from a [link] tag
-    md = next(hostile_trace.parent.glob("*.gaplens.md"))
-    svg = next(hostile_trace.parent.glob("*.gaplens.svg"))
+    md = next(hostile_trace.parent.glob("state/exports/*.gaplens.md"))  # the state dir, not beside
+    svg = next(hostile_trace.parent.glob("state/exports/*.gaplens.svg"))
     md_text = md.read_text(encoding="utf-8")
     svg_text = svg.read_text(encoding="utf-8")
     for name, text in (("markdown", md_text), ("svg", svg_text)):
@@ -177,5 +177,5 @@ def test_hostile_trace_walks_the_whole_viewer(hostile_trace: Path) -> None:
         assert "\x1b" not in text, name
     assert "[link=x]" in md_text and "[link=x] note" in md_text
     ET.fromstring(svg_text)  # well-formed XML
-    notes = next(hostile_trace.parent.glob("*.gaplens.json")).read_text(encoding="utf-8")
+    notes = next(hostile_trace.parent.glob("state/notes/*.gaplens.json")).read_text(encoding="utf-8")
     assert "\x1b" not in notes and "[link=x] note" in notes

@@ -1,4 +1,4 @@
-"""The annotations store: round trip, atomic writes under SIGKILL, state-dir fallback, content keying."""
+"""The annotations store: round trip, atomic writes under SIGKILL, the state dir by default, content keying."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def test_round_trip(trace_copy: Path) -> None:
     store = NotesStore(trace_copy, origin_ns=123)
     saved = _filled(store)
     path = store.save(saved)
-    assert path == trace_copy.with_name("smells.json.gz.gaplens.json")
+    assert path == notes_mod.state_path(fingerprint(trace_copy)) and path.is_relative_to(
+        trace_copy.parent.parent / "state"
+    )
+    assert os.listdir(trace_copy.parent) == ["smells.json.gz"], "nothing is written beside the trace"
     again = NotesStore(trace_copy, origin_ns=123)
     got = again.load()
     assert again.path == path and not again.warnings
@@ -97,20 +100,35 @@ def test_corrupt_or_foreign_file_is_ignored_with_a_warning(trace_copy: Path, con
     assert len(warned) == 1 and "ignoring notes file" in warned[0]
     # Saving keeps the unreadable file aside instead of destroying it.
     got.add_note("fresh", 1)
-    store.save(got)
+    assert store.save(got).parent.parent == trace_copy.parent.parent / "state"
+    assert path.read_bytes() == content  # the file beside the trace is the user's: left as it was
+    assert NotesStore(trace_copy).load().notes[0].text == "fresh"
+
+
+@pytest.mark.parametrize("content", [b"{ not json", b'{"schema": "gaplens-notes", "notes": 5}'])
+def test_corrupt_file_asked_beside_is_kept_aside(trace_copy: Path, content: bytes) -> None:
+    path = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    path.write_bytes(content)
+    store = NotesStore(trace_copy, beside=True)
+    got = store.load()
+    got.add_note("fresh", 1)
+    assert store.save(got) == path
+    # Saving keeps the unreadable file aside instead of destroying it.
     assert path.with_name(path.name + ".bak").read_bytes() == content
     assert NotesStore(trace_copy).load().notes[0].text == "fresh"
 
 
-def test_fingerprint_mismatch_is_ignored(trace_copy: Path, tmp_path: Path) -> None:
-    store = NotesStore(trace_copy)
+@pytest.mark.parametrize("beside", [False, True])
+def test_fingerprint_mismatch_is_ignored(trace_copy: Path, beside: bool) -> None:
+    store = NotesStore(trace_copy, beside=beside)
     store.save(_filled(store))
     # Replace the trace with other content under the same name: the old notes must not attach.
     shutil.copyfile(sample("decode_eager.json.gz"), trace_copy)
     warned: list[str] = []
-    got = NotesStore(trace_copy, warn=warned.append).load()
+    got = NotesStore(trace_copy, warn=warned.append, beside=beside).load()
     assert got.empty
-    assert any("other content" in w for w in warned)
+    # Kept at home, notes are found by content: other content has none. Beside, the name matches: a warning.
+    assert any("other content" in w for w in warned) == beside
 
 
 def test_fingerprint_sees_the_tail(tmp_path: Path) -> None:
@@ -130,21 +148,20 @@ def test_read_only_folder_falls_back_to_state_dir(trace_copy: Path, tmp_path: Pa
         return p != folder
 
     warned: list[str] = []
-    store = NotesStore(trace_copy, warn=warned.append, writable=writable)
+    store = NotesStore(trace_copy, warn=warned.append, writable=writable, beside=True)
     path = store.save(_filled(store))
-    assert path.parent == tmp_path / "state"
-    assert path.name.startswith("smells.json.gz.") and path.name.endswith(".gaplens.json")
+    assert path == tmp_path / "state" / "notes" / f"{fingerprint(trace_copy).rsplit(':', 1)[-1]}.gaplens.json"
     assert not (folder / "smells.json.gz.gaplens.json").exists()
     assert any("not writable" in w for w in warned)
-    got = NotesStore(trace_copy, writable=writable).load()
+    got = NotesStore(trace_copy, writable=writable, beside=True).load()
     assert got.experiment == "capture one decode step in a CUDA graph"
 
 
 def test_read_only_folder_via_os_access(trace_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == trace_copy.parent else real(p, mode))
-    store = NotesStore(trace_copy)
-    assert store.save(_filled(store)).parent == tmp_path / "state"
+    store = NotesStore(trace_copy, beside=True)
+    assert store.save(_filled(store)).parent == tmp_path / "state" / "notes"
 
 
 def test_state_dir_from_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -247,3 +264,50 @@ def test_notes_for_trace(trace_copy: Path) -> None:
     store.save(_filled(store))
     got = notes_for_trace(trace)
     assert got is not None and got.experiment.startswith("capture one decode step")
+
+
+def test_beside_only_on_request(trace_copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    beside = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    store = NotesStore(trace_copy)
+    store.save(_filled(store))
+    assert not beside.exists() and not list(trace_copy.parent.glob(".*.lock"))
+    monkeypatch.setenv(notes_mod.BESIDE_ENV, "1")
+    store = NotesStore(trace_copy)
+    assert store.save(store.load()) == beside
+    assert json.loads(beside.read_text())["experiment"] == "capture one decode step in a CUDA graph"
+
+
+def test_a_moved_and_renamed_trace_keeps_its_notes(trace_copy: Path, tmp_path: Path) -> None:
+    store = NotesStore(trace_copy)
+    store.save(_filled(store))
+    moved = tmp_path / "elsewhere" / "renamed.json.gz"
+    moved.parent.mkdir()
+    trace_copy.rename(moved)
+    got = NotesStore(moved).load()
+    assert got.experiment == "capture one decode step in a CUDA graph" and len(got.notes) == 2
+
+
+def test_notes_beside_the_trace_from_an_older_gaplens_move_home(trace_copy: Path) -> None:
+    """A file an older gaplens wrote beside the trace is read, and the next save keeps all of it at home."""
+    old = NotesStore(trace_copy, beside=True)
+    path = old.save(_filled(old))
+    assert path.parent == trace_copy.parent
+    store = NotesStore(trace_copy)
+    got = store.load()
+    assert store.path == path and len(got.notes) == 2
+    got.add_note("third", 3_000_000)
+    home = store.save(got)
+    assert home == notes_mod.state_path(store.fingerprint)
+    again = NotesStore(trace_copy).load()
+    assert [n.text for n in again.notes] == ["the host waits here", "copy on the path", "third"]
+    assert again.answers[6] == "CUDA graphs for the decode step"
+
+
+def test_a_symlinked_lock_is_not_followed(trace_copy: Path, tmp_path: Path) -> None:
+    store = NotesStore(trace_copy, beside=True)
+    beside = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    victim = tmp_path / "victim"
+    beside.with_name(f".{beside.name}.lock").symlink_to(victim)
+    path = store.save(_filled(store))
+    assert not victim.exists(), "the lock's target was created"
+    assert path == notes_mod.state_path(store.fingerprint)  # refused beside: saved at home instead

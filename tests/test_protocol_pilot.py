@@ -234,8 +234,9 @@ def test_export_writes_markdown_and_svg(trace_copy: Path) -> None:
             await pilot.pause()
 
     _run(main())
-    md = trace_copy.with_name(trace_copy.name + ".gaplens.md").read_text()
-    svg = trace_copy.with_name(trace_copy.name + ".gaplens.svg").read_text()
+    exports = trace_copy.parent / "state" / "exports"  # the state dir: nothing is written beside the trace
+    md = (exports / (trace_copy.name + ".gaplens.md")).read_text()
+    svg = (exports / (trace_copy.name + ".gaplens.svg")).read_text()
     assert "batch 4" in md and "Name the workload" in md
     assert svg.lstrip().startswith("<svg") and "Step 1 of 6" in svg.replace("&#160;", " ")
 

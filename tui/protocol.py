@@ -22,7 +22,7 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
-from gaplens.analysis.notes import Notes, NotesStore, atomic_write, find_event, note_for_event, state_dir
+from gaplens.analysis.notes import Notes, NotesStore, atomic_write, export_folder, find_event, note_for_event
 from gaplens.analysis.phases import Phase
 from gaplens.analysis.protocol import Walkthrough
 from gaplens.analysis.report import report_markdown
@@ -462,8 +462,6 @@ def _runner(app: App, action: str):
 
 
 def export_place(trace_path: str) -> tuple[Path, str]:
-    """Beside the trace when that folder is writable, else the state dir; and the file stem."""
+    """The state dir's exports folder (beside the trace only when asked: ``notes.export_folder``); the file stem."""
     p = Path(trace_path) if trace_path else Path("trace")
-    folder = p.parent if trace_path and os.access(p.parent, os.W_OK | os.X_OK) else state_dir()
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder, p.name or "trace"
+    return export_folder(trace_path), p.name or "trace"
