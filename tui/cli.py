@@ -16,7 +16,7 @@ from gaplens.loaders import TraceError
 from gaplens.loaders.text import shorten
 from gaplens.tui.commands.common import clean_output, load_trace, print_json
 
-COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks", "whatif")
+COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks", "whatif", "floor")
 
 
 def bundled_sample() -> str:
@@ -39,7 +39,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
-    from gaplens.tui.commands import compare, export, ranks, readings, whatif
+    from gaplens.tui.commands import compare, export, floor, ranks, readings, whatif
 
     return {
         "summary": cmd_summary,
@@ -48,6 +48,7 @@ def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
         "export": export.run,
         "ranks": ranks.run,
         "whatif": whatif.run,
+        "floor": floor.run,
     }
 
 
@@ -72,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     from gaplens.tui.commands import whatif  # what-if (issue 21)
 
     whatif.add_parser(sub)
+    from gaplens.tui.commands import floor  # the hardware floor (issue 20)
+
+    floor.add_parser(sub)
     return parser
 
 

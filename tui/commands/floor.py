@@ -1,0 +1,142 @@
+"""`gaplens floor TRACE [--json] [--gpu-spec FILE]`: each GPU op, phase and the whole trace against the floor."""
+
+from __future__ import annotations
+
+import argparse
+
+from gaplens.analysis.floor import floor_json
+from gaplens.analysis.gpuspecs import DTYPES, SpecError, default_spec_path
+from gaplens.analysis.units import fmt_bytes, fmt_ns
+from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.text import clean_text
+from gaplens.tui.commands.common import load_trace, print_json
+
+#: Op rows printed before "… N more" (the JSON has them all).
+MAX_OPS = 25
+#: Phase rows printed before "… N more".
+MAX_PHASES = 30
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("floor", help="the hardware floor per op, phase and step (needs record_shapes)")
+    p.add_argument("trace")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--gpu-spec",
+        metavar="FILE",
+        default=None,
+        help=f"a JSON file of GPU rows that add to or replace the built-in table (default: {default_spec_path()} "
+        "when it exists)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    trace = load_trace(args.trace)
+    try:
+        data = floor_json(trace, args.gpu_spec)
+    except SpecError as exc:
+        raise TraceError(str(exc)) from None
+    if args.json:
+        print_json(data)
+    else:
+        print(render_text(trace, data))
+    return 0
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None else "—"
+
+
+def _rate(v: float | None, unit: float, suffix: str) -> str:
+    return f"{v / unit:,.1f} {suffix}" if v else "—"
+
+
+def gpu_lines(gpu: dict | None) -> list[str]:
+    """The GPU row named: device, table row, peaks, bandwidths, source."""
+    if gpu is None:
+        return ["GPU: the trace names no device"]
+    if gpu["spec"] is None:
+        return [
+            f"GPU {gpu['device']}  {clean_text(gpu['name'])}: {gpu['why']}; FLOPs and bytes without a floor "
+            "(add a row with --gpu-spec FILE)"
+        ]
+    spec = gpu["spec"]
+    peaks = ", ".join(f"{d} {spec['peak_flops'][d] / 1e12:,.1f}" for d in DTYPES if d in spec["peak_flops"])
+    mine = ", your file" if spec["user"] else ""
+    lines = [
+        f"GPU {gpu['device']}  {clean_text(gpu['name'])}  →  {spec['name']} [{spec['key']}{mine}]",
+        f"  dense peak TFLOP/s: {peaks}",
+        f"  memory {spec['mem_bytes_per_s'] / 1e12:.2f} TB/s; host link {spec['link_bytes_per_s'] / 1e9:.0f} GB/s "
+        f"one way ({spec['link'] or 'host link'})",
+        f"  source: {spec['source']}" + (f" ({spec['note']})" if spec["note"] else ""),
+    ]
+    others = [d for d in gpu.get("devices", []) if d["device"] != gpu["device"]]
+    if others:
+        lines.append("  other devices: " + ", ".join(f"GPU {d['device']} {d['spec'] or 'no row'}" for d in others))
+    return lines
+
+
+def render_text(trace: Trace, data: dict) -> str:
+    lines = gpu_lines(data["gpu"])
+    lines.append("")
+    tot = data["total"]
+    if data["notes"]:
+        lines += [f"note: {n}" for n in data["notes"]]
+        lines.append("")
+    sized = tot["time_ns"] - tot["unsized_ns"]
+    lines.append(
+        f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured; sized {fmt_ns(sized)} with a floor of "
+        f"{fmt_ns(tot['floor_ns'])} ({_pct(tot['efficiency'])} of the roof, {tot['bound'] or '—'}-bound); "
+        f"unsized {fmt_ns(tot['unsized_ns'])}"
+    )
+    if tot["excess"]:
+        lines.append(
+            "  time above the floor: "
+            + ", ".join(f"{clean_text(e['name'])[:40]} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"])
+        )
+    if data["phases"]:
+        lines += [
+            "",
+            "phases (GPU ops inside each phase's GPU span)",
+            f"  {'phase':<28} {'ops':>6} {'measured':>10} {'floor':>10} {'roof':>5} {'bound':<8} "
+            f"{'unsized':>10}  above the floor",
+        ]
+        for p in data["phases"][:MAX_PHASES]:
+            ex = ", ".join(f"{clean_text(e['name'])[:28]} {fmt_ns(e['excess_ns'])}" for e in p["excess"])
+            lines.append(
+                f"  {clean_text(p['name'])[:28]:<28} {p['count']:>6,} {fmt_ns(p['time_ns']):>10} "
+                f"{fmt_ns(p['floor_ns']):>10} {_pct(p['efficiency']):>5} {p['bound'] or '—':<8} "
+                f"{fmt_ns(p['unsized_ns']):>10}  {ex}"
+            )
+        if len(data["phases"]) > MAX_PHASES:
+            lines.append(f"  … {len(data['phases']) - MAX_PHASES} more (--json)")
+    lines += [
+        "",
+        "ops (totals over instances; roof = floor / measured)",
+        f"  {'op':<34} {'dtype':<5} {'calls':>6} {'measured':>10} {'floor':>10} {'roof':>5} {'bound':<8} "
+        f"{'TFLOP/s':>8} {'GB/s':>8}  shape",
+    ]
+    for r in data["ops"][:MAX_OPS]:
+        sized_ns = r["time_ns"] - r["unsized_ns"]
+        tflops = r["flops"] / sized_ns * 1e9 if r["flops"] and sized_ns else None
+        gbs = r["bytes"] / sized_ns * 1e9 if r["bytes"] and sized_ns else None
+        floor = fmt_ns(r["floor_ns"]) if r["floor_ns"] is not None else "unsized"
+        lines.append(
+            f"  {clean_text(r['name'])[:34]:<34} {r['dtype'] or '—':<5} {r['count']:>6,} {fmt_ns(r['time_ns']):>10} "
+            f"{floor:>10} {_pct(r['efficiency']):>5} {r['bound'] or '—':<8} {_rate(tflops, 1e12, ''):>8} "
+            f"{_rate(gbs, 1e9, ''):>8}  {clean_text(r['shape'])[:40]}"
+        )
+    if len(data["ops"]) > MAX_OPS:
+        lines.append(f"  … {len(data['ops']) - MAX_OPS} more (--json)")
+    if data["copies"]:
+        lines += ["", "host↔device copies against the link"]
+        for c in data["copies"]:
+            rate = _rate(c["bytes_per_s"], 1e9, "GB/s")
+            link = _rate(c["link_bytes_per_s"], 1e9, "GB/s")
+            lines.append(
+                f"  {clean_text(c['name'])[:36]:<36} {c['count']:>5,} {fmt_bytes(c['bytes']):>10} "
+                f"{fmt_ns(c['time_ns']):>10}  {rate} of {link}"
+            )
+            if c["note"]:
+                lines.append(f"    {c['note']}")
+    return "\n".join(lines)
