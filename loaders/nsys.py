@@ -29,7 +29,7 @@ from gaplens.loaders.nsys_cuda import (
     read_overhead,
     read_sync,
 )
-from gaplens.loaders.nsys_files import resolve, sqlite_uri
+from gaplens.loaders.nsys_files import QUERY_DEADLINE_S, resolve, sqlite_uri
 from gaplens.loaders.nsys_nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys_parts import Context, Interner, LaneKeys, Part
 from gaplens.loaders.nsys_sql import NULL, Reader, Schema, read_meta, read_strings
@@ -69,6 +69,8 @@ def _sql_message(path: str, exc: sqlite3.Error) -> str:
         return f"{path}: corrupt SQLite file ({text})"
     if "locked" in text or "busy" in text:
         return f"{path}: the database is locked by another process (still being written?)"
+    if "interrupted" in text:  # nsys_files.connect's deadline
+        return f"{path}: a query ran past {QUERY_DEADLINE_S:.0f} s and was stopped (an export whose rows never end?)"
     if "unable to open" in text:
         return f"{path}: cannot open the database ({text})"
     return f"{path}: cannot read the nsys export ({text})"

@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 from typing import BinaryIO
@@ -19,6 +20,11 @@ from gaplens.loaders.model import TraceError
 
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
 BUSY_TIMEOUT_S = 2.0
+#: Seconds one connection may spend in SQLite before its query is interrupted: the largest real
+#: exports read in well under a minute, so past this a query is not ending (a hostile schema).
+QUERY_DEADLINE_S = 600.0
+#: SQLite virtual-machine steps between two looks at the clock (~1 ms of work).
+_PROGRESS_STEPS = 100_000
 
 
 def cache_path(source: str, suffix: str) -> Path:
@@ -120,6 +126,8 @@ def sqlite_uri(path: str, immutable: bool) -> str:
 def connect(uri: str) -> sqlite3.Connection:
     """A read-only connection that never writes or creates anything next to the file."""
     con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+    deadline = time.monotonic() + QUERY_DEADLINE_S
+    con.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_STEPS)  # True interrupts
     con.execute("PRAGMA query_only = 1")
     # Text is decoded with replacement: a byte that is not UTF-8 must not fail a whole table.
     con.text_factory = _decode

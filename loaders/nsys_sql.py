@@ -89,18 +89,27 @@ class Schema:
     """Tables and their columns, probed once; every query selects by column name."""
 
     columns: dict[str, list[str]] = field(default_factory=dict)
+    views: set[str] = field(default_factory=set)  # never read: a view can compute rows without end
 
     @classmethod
     def probe(cls, con: sqlite3.Connection) -> Schema:
-        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+        rows = con.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         out = cls()
-        for name in names:
-            if isinstance(name, str) and IDENT.match(name):
-                cols = [r[1] for r in con.execute(f'PRAGMA table_info("{name}")')]
-                out.columns[name] = [c for c in cols if isinstance(c, str) and IDENT.match(c)]
+        for name, kind in rows:
+            if not isinstance(name, str) or not IDENT.match(name):
+                continue
+            if kind != "table":
+                out.views.add(name)
+                continue
+            cols = [r[1] for r in con.execute(f'PRAGMA table_info("{name}")')]
+            out.columns[name] = [c for c in cols if isinstance(c, str) and IDENT.match(c)]
         return out
 
     def has(self, table: str, column: str | None = None) -> bool:
+        """Whether ``table`` (and ``column``) exists; a view where gaplens reads a table is refused."""
+        if table in self.views:
+            # An nsys export holds tables only; a (recursive) view in its place yields rows forever.
+            raise sqlite3.DatabaseError(f"{table} is a view, not a table: refused")
         cols = self.columns.get(table)
         return cols is not None and (column is None or column in cols)
 

@@ -112,3 +112,49 @@ def test_a_401_digit_kernel_arg_is_printed_exactly(tmp_path, capsys):
     assert rc == 0
     trace = load(str(path))
     assert any(f"regs {big}" in d for d in trace.details)
+
+
+# ---- nsys: tables must be tables, queries end -------------------------------------------
+
+
+def _view_export(tmp_path) -> str:
+    """A valid small export whose CUPTI_ACTIVITY_KIND_RUNTIME is a recursive view: rows without end."""
+    import sqlite3
+
+    from bench.seeds import write_nsys
+
+    path = write_nsys(tmp_path / "view.sqlite", kernels=5)
+    con = sqlite3.connect(path)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_RUNTIME)")]
+    con.execute("DROP TABLE CUPTI_ACTIVITY_KIND_RUNTIME")
+    first = ", ".join(f"1 AS {c}" for c in cols)
+    step = ", ".join(f"{c} + 1" for c in cols)
+    con.execute(
+        f"CREATE VIEW CUPTI_ACTIVITY_KIND_RUNTIME AS WITH RECURSIVE r({', '.join(cols)}) AS "
+        f"(SELECT {first} UNION ALL SELECT {step} FROM r) SELECT * FROM r"
+    )
+    con.commit()
+    con.close()
+    return str(path)
+
+
+def test_a_view_in_place_of_a_table_is_refused(tmp_path, capsys):
+    path = _view_export(tmp_path)
+    rc, _, err = _run(capsys, "summary", path)
+    assert rc == 2
+    assert len(err) == 1 and "CUPTI_ACTIVITY_KIND_RUNTIME is a view, not a table: refused" in err[0]
+
+
+def test_a_query_that_never_ends_is_stopped(tmp_path, monkeypatch):
+    import sqlite3
+    import time
+
+    from gaplens.loaders import nsys_files
+
+    path = _view_export(tmp_path)
+    monkeypatch.setattr(nsys_files, "QUERY_DEADLINE_S", 0.5)
+    con = nsys_files.connect(nsys_files.sqlite_uri(path, immutable=False))
+    began = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
+    assert time.monotonic() - began < 5
