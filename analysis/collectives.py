@@ -28,8 +28,8 @@ import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits
 from gaplens.analysis.comm import comm_mask
-from gaplens.analysis.memory import Steps, step_of
 from gaplens.analysis.phases import Phase
+from gaplens.analysis.steps import Steps, step_of
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
 
 _ARG = re.compile(r"(Collective name|Process Group Name|In msg nelems|Out msg nelems) (\S+)")
@@ -98,7 +98,7 @@ def collective_table(
 ) -> CollectiveTable:
     """The table of one rank: its device's collective kernels, the phases of its own process.
 
-    ``st``: the rank's steps (``analysis.memory.steps``); ``gaps``: (start, end, cause index,
+    ``st``: the rank's steps (``analysis.steps``); ``gaps``: (start, end, cause index,
     cause names) of the device's blank regions, from the rank's gap reading.
     """
     idx = issue_order(trace, comm_kernels(trace, device))

@@ -17,8 +17,9 @@ from gaplens.analysis.busy import compute_busy
 from gaplens.analysis.gaps import CAUSES, gap_columns, the_gap
 from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
+from gaplens.analysis.steps import step_of
+from gaplens.analysis.steps import steps as step_reading
 from gaplens.analysis.summary import summary
-from gaplens.analysis.workload import STEP_FAMILIES, step_families
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
 
 #: Below this relative change a blank region "stayed about the same".
@@ -89,19 +90,16 @@ def read(trace: Trace) -> Reading:
             st.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
         st.largest_blank_ns = max(st.largest_blank_ns, _largest_inside(gs, ge, p.start_ns, p.end_ns))
 
-    fams = step_families(trace)
+    st = step_reading(trace)  # the one step (analysis.steps); per-step counts over its steady steps
     steps = None
     kps = cps = bps = None
-    if fams:
-        fam = fams[0]
-        steps = {"label": fam.label, "count": fam.count, "median_ns": fam.median_ns, "mean_ns": fam.mean_ns}
-        rx = dict(STEP_FAMILIES)[fam.label]
-        spans = [p for p in plist if rx.match(p.name.strip())]
-        if spans:
-            k = _count_in(trace, spans, (Kind.KERNEL,))
-            c = _count_in(trace, spans, MEMCPY_KINDS)
-            b = _bytes_in(trace, spans, MEMCPY_KINDS)
-            kps, cps, bps = k / len(spans), c / len(spans), b / len(spans)
+    if st:
+        steady = [st.spans[k][1] - st.spans[k][0] for k in st.steady]
+        steps = {**(st.to_json() or {}), "mean_ns": int(np.mean(steady)) if steady else 0}
+        n = max(len(st.steady), 1)
+        kern, mem = np.flatnonzero(trace.mask((Kind.KERNEL,))), np.flatnonzero(trace.mask(MEMCPY_KINDS))
+        in_k, in_m = np.isin(step_of(trace, kern, st), st.steady), np.isin(step_of(trace, mem, st), st.steady)
+        kps, cps, bps = int(in_k.sum()) / n, int(in_m.sum()) / n, int(trace.bytes[mem][in_m].sum()) / n
 
     gap = the_gap(trace)
     gap_d = None

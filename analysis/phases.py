@@ -8,12 +8,17 @@ comparable to ground truth, and it needs no GPU-side annotation (nsys has none).
     main thread |--- backward (loss.backward() blocks) ---|
     autograd       cudaLaunchKernel ▕▏▕▏▕▏▕▏▕▏▕▏            <- same process, another thread
     GPU              ███ ███ ███ ███ ███ ███
-    phase       [M(first call) ................. M(end of last call)]
+    phase       [M(start) ...................... M(end)]   M(end): the last work queued before end is done
 
 GPU work launched during the range by *any* thread of the same process counts (autograd and
-DDP launch from threads of their own). Library ranges (NCCL's NVTX domain, c10d ``nccl:*``
-record_functions, cuBLAS/cuDNN/TensorRT domains, the profiler's and PyTorch's own markers)
-stay visible as rows but are not phases. ``family`` folds repeated names for display.
+DDP launch from threads of their own): it picks the stream, and M counts everything queued on it.
+So a parent is never shorter than a child timed on the same stream, and a range the host spends
+waiting (a sleep, a data fetch) has its full length. A process that queued no GPU work has no
+GPU span: its phases are host-only (device None, lane -1, the host span).
+
+Library ranges (NCCL's NVTX domain, c10d ``nccl:*`` record_functions, cuBLAS/cuDNN/TensorRT
+domains) and PyTorch's own markers (``PYTORCH_MARKERS``) stay visible as rows but are not phases.
+``family`` (``analysis.steps``) folds repeated names for display.
 """
 
 from __future__ import annotations
@@ -25,35 +30,47 @@ import numpy as np
 
 from gaplens.analysis.busy import compute_busy, gpu_work
 from gaplens.analysis.memo import per_trace
-from gaplens.loaders.model import Kind, LaneKind, Trace, segmented_max
+from gaplens.analysis.steps import family as family  # display folding: one count pattern (steps.NUMBERED)
+from gaplens.loaders.model import Kind, Trace, segmented_max
 
-#: Ranges written by libraries, the profiler or PyTorch itself: rows, never phases.
-LIBRARY_RANGE = re.compile(
-    r"^(?:ProfilerStep#\d+|PyTorch Profiler.*"  # the profiler's own step markers
-    r"|(?:nccl|gloo|mpi|ucc|c10d|record_param_comms)\b.*"  # c10d collectives: nccl:all_reduce
-    r"|(?:NCCL|NVSHMEM|NVTX|CUBLAS|cuBLAS|cuBLASLt|CUDNN|cuDNN|TensorRT|TRT|MPI|UCX|NVSHMEM|cuFFT|CUFFT|"
-    r"cuSPARSE|cuSOLVER|NVJPEG|DALI|OpenMP|omp)\s*:.*"  # nsys: a library's NVTX domain prefixes the name
-    r"|Optimizer\.(?:step|zero_grad)#.*|DistributedDataParallel\.\w+|## .* ##"  # PyTorch's own markers
-    r"|Torch-Compiled Region.*|CompiledFunction.*|TorchDynamo.*)$",
-    re.IGNORECASE,
+#: PyTorch's own automatic markers (DESIGN.md, *Phases*): rows, never phases. Real names:
+#: ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ``Optimizer.step#SGD.step``,
+#: ``Optimizer.zero_grad#SGD.zero_grad``, ``DistributedDataParallel.forward``,
+#: ``autograd::engine::evaluate_function: AddmmBackward0``, ``## forward ##`` (record_function
+#: scopes that torchrec/DPER and DDP wrap around their own stages), and ``ProfilerStep#12``, which
+#: is the step marker only (``analysis.steps``).
+PYTORCH_MARKERS = (
+    r"enumerate\(DataLoader\)#.*",
+    r"Optimizer\.step#.*",
+    r"Optimizer\.zero_grad#.*",
+    r"DistributedDataParallel\..*",
+    r"autograd::.*",
+    r"## .* ##",
+    r"ProfilerStep#\d+",
+    r"PyTorch Profiler.*",
+    r"Torch-Compiled Region.*",
+    r"CompiledFunction.*",
+    r"TorchDynamo.*",
 )
-_NUMBERED = re.compile(r"^(?P<prefix>.*?)[\s#_.:-]*(?P<n>\d+)(?P<suffix>\s*\(.*\))?$")
+#: Libraries' ranges: c10d collectives (``nccl:all_reduce``) and the NVTX domains nsys prefixes names with.
+LIBRARY_RANGES = (
+    r"(?:nccl|gloo|mpi|ucc|c10d|record_param_comms)\b.*",
+    r"(?:NCCL|NVSHMEM|NVTX|CUBLAS|cuBLAS|cuBLASLt|CUDNN|cuDNN|TensorRT|TRT|MPI|UCX|cuFFT|CUFFT|"
+    r"cuSPARSE|cuSOLVER|NVJPEG|DALI|OpenMP|omp)\s*:.*",
+)
+#: Ranges written by libraries, the profiler or PyTorch itself: rows, never phases.
+LIBRARY_RANGE = re.compile(r"^(?:" + "|".join(PYTORCH_MARKERS + LIBRARY_RANGES) + r")$", re.IGNORECASE)
+_PYTORCH_MARKER = re.compile(r"^(?:" + "|".join(PYTORCH_MARKERS) + r")$")
 
 
 def is_library_range(name: str) -> bool:
+    """A library's, the profiler's or PyTorch's own range: shown as a row, never a phase."""
     return LIBRARY_RANGE.match(name.strip()) is not None
 
 
-def family(name: str) -> str:
-    """The name with its trailing count dropped: ``decode_step 7`` → ``decode_step``.
-
-    Only a trailing number (or one before a parenthesised tag) is a count; ``1F1B`` and
-    ``all2all_data`` stay as they are.
-    """
-    m = _NUMBERED.match(name.strip())
-    if m is None or not m.group("prefix"):
-        return name.strip()
-    return (m.group("prefix") + (m.group("suffix") or "")).strip()
+def is_pytorch_marker(name: str) -> bool:
+    """One of PyTorch's own automatic markers (``PYTORCH_MARKERS``)."""
+    return _PYTORCH_MARKER.match(name.strip()) is not None
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,26 @@ class MarkerClock:
 
 
 @per_trace
+def marker_clock(trace: Trace) -> MarkerClock:
+    """The trace's ``MarkerClock``, built once while the trace lives."""
+    return MarkerClock(trace)
+
+
+def marker_span(trace: Trace, pid: int, s: int, e: int) -> tuple[int, int, int, int | None]:
+    """(start, end, lane, device) of a host range [s, e] of process ``pid`` as CUDA events would time it.
+
+    The span is M(s)..M(e) on the stream that ran most of the work the process queued during the
+    range (from any of its threads), else on its busiest stream; ``device`` is None when it queued
+    no work then. A process that queued no GPU work at all has no stream: its span is the host's
+    (lane -1).
+    """
+    clock = marker_clock(trace)
+    lane, n_ops = clock.stream_for(pid, s, e)
+    device = trace.lanes[lane].device if n_ops and lane >= 0 else None
+    return clock.at(lane, s), clock.at(lane, e), lane, device
+
+
+@per_trace
 def phases(trace: Trace) -> list[Phase]:
     """The user's ranges on host threads, in start order, each with its GPU span, process and device.
 
@@ -145,60 +182,14 @@ def phases(trace: Trace) -> list[Phase]:
     used = np.unique(trace.name_id[idx])
     library[used] = [is_library_range(trace.names[int(i)]) for i in used.tolist()]
     idx = idx[~library[trace.name_id[idx]]]
-    clock = MarkerClock(trace)
-    own, launches = _calls(trace)
     out = []
     for i in idx[np.argsort(trace.start_ns[idx], kind="stable")].tolist():
         ln = trace.lanes[int(trace.lane[i])]
         s, e = int(trace.start_ns[i]), int(trace.end_ns[i])
-        # The device learns of a phase at its first CUDA call and is done with it when the
-        # work queued by its last call finishes; host time before/after is not GPU time.
-        first, last = e, s
-        for starts, ends in (own.get((ln.pid, ln.tid), _NONE), launches.get(ln.pid, _NONE)):
-            if starts is None or ends is None:
-                continue
-            lo, hi = np.searchsorted(starts, s, "left"), np.searchsorted(starts, e, "right")
-            if hi > lo:
-                first, last = min(first, int(starts[lo])), max(last, min(e, int(ends[lo:hi].max())))
-        a, b = (first, last) if first <= last else (s, e)
-        lane, n_ops = clock.stream_for(ln.pid, s, e)
-        device = trace.lanes[lane].device if n_ops and lane >= 0 else None
+        start, end, lane, device = marker_span(trace, ln.pid, s, e)
         name = trace.names[int(trace.name_id[i])]
-        start, end = clock.at(lane, a), clock.at(lane, b)
         out.append(Phase(name, s, e, start, end, int(trace.depth[i]), i, ln.pid, device, lane))
     return out
-
-
-_NONE: tuple[None, None] = (None, None)
-
-
-def _calls(trace: Trace) -> tuple[dict, dict]:
-    """Sorted (start, end) of CUDA calls: every call per thread, and the work-launching calls per process.
-
-    A range counts every call of its own thread, and the calls of the process's other threads
-    that queued GPU work (autograd's launches do; the NCCL watchdog's event queries do not).
-    """
-    api = np.flatnonzero(trace.kind == int(Kind.CUDA_API))
-    own: dict = {}
-    launches: dict = {}
-    if api.size == 0:
-        return own, launches
-    launched = np.zeros(len(trace), dtype=bool)
-    launched[trace.launch[trace.launch >= 0]] = True
-    for ln in trace.lanes:
-        if ln.kind != LaneKind.CUDA_API:
-            continue
-        sl = trace.lane_events(ln.id)
-        starts, ends = trace.start_ns[sl], trace.end_ns[sl]
-        order = np.argsort(starts, kind="stable")
-        own[(ln.pid, ln.tid)] = (starts[order], ends[order])
-        m = launched[sl]
-        prev_s, prev_e = launches.get(ln.pid, (np.empty(0, np.int64), np.empty(0, np.int64)))
-        launches[ln.pid] = (np.concatenate((prev_s, starts[m])), np.concatenate((prev_e, ends[m])))
-    for p, (starts, ends) in launches.items():
-        order = np.argsort(starts, kind="stable")
-        launches[p] = (starts[order], ends[order])
-    return own, launches
 
 
 def phase_busy_pct(trace: Trace, phase: Phase) -> float:

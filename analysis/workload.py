@@ -13,22 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.phases import phases
+from gaplens.analysis.steps import numbered, steps
 from gaplens.loaders.model import Kind, Trace
 
 _TRAINING = re.compile(r"backward|autograd|optimizer|\btrain|zero_grad", re.IGNORECASE)
 _SERVING = re.compile(r"decode|prefill|generat|request|token|sampl|infer|serv|paged_attention|splitkv", re.IGNORECASE)
 _PYTORCH = re.compile(r"^(aten::|torch|autograd::|c10d::)")
-
-#: Range families that count iterations, most specific first. The profiler's own
-#: ``ProfilerStep#N`` is the fallback when the user annotated nothing better.
-STEP_FAMILIES = (
-    ("decode_step", re.compile(r"^decode[_ ]step[ _#]?(\d+)$", re.IGNORECASE)),
-    ("train_step", re.compile(r"^train[_ ]step[ _#]?(\d+)$", re.IGNORECASE)),
-    ("step", re.compile(r"^step[ _#]?(\d+)$", re.IGNORECASE)),
-    ("iteration", re.compile(r"^iteration[ _#]?(\d+)\b", re.IGNORECASE)),
-    ("ProfilerStep", re.compile(r"^ProfilerStep#(\d+)$")),
-)
 
 #: dtype tokens as they appear in kernel names (templates, cuBLAS/cuDNN/CUTLASS names).
 DTYPE_TOKENS = (
@@ -48,14 +38,15 @@ SHAPE_OPS = re.compile(
 
 @dataclass
 class StepFamily:
-    """Ranges of one naming family (``decode_step 0..31``) and their GPU-side timing."""
+    """The trace's step (``analysis.steps``) as step 1 states it: ``decode_step 0..31``, its median."""
 
     label: str
     count: int
     first: int
     last: int
     median_ns: int = 0
-    mean_ns: int = 0
+    mean_ns: int = 0  # over the steady steps, like the median
+    warmup: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -76,7 +67,7 @@ class Workload:
 
     @property
     def iterations(self) -> StepFamily | None:
-        """The most specific step family: what "N decode steps" refers to."""
+        """The trace's step: what "N decode steps" refers to."""
         return self.steps[0] if self.steps else None
 
     def facts(self) -> list[str]:
@@ -104,13 +95,10 @@ class Workload:
             lines.append(f"dtype: {self.dtype} ({self.dtype_source})")
         for s in self.shapes[:4]:
             lines.append(f"shapes: {s['op']} {s['dims']} ×{s['count']}")
-        shown: set[int] = set()
         for fam in self.steps:
-            # ``iteration 1`` and ``ProfilerStep#1`` repeat what a more specific family said.
-            if shown and (fam.count in shown or fam.count == 1):
-                continue
-            shown.add(fam.count)
             timing = f", median {_ms(fam.median_ns)}" if fam.median_ns else ""
+            if fam.warmup:
+                timing += f" ({len(fam.warmup)} warm-up set apart)"
             lines.append(f"steps: {fam.count} × {fam.label} ({fam.first}..{fam.last}){timing}")
         return lines
 
@@ -259,47 +247,21 @@ def input_shapes(trace: Trace, top: int = 6) -> list[dict]:
 
 
 def step_families(trace: Trace) -> list[StepFamily]:
-    """Numbered range families, most specific first, with GPU-side step times."""
-    ann = np.flatnonzero(trace.kind == int(Kind.ANNOTATION))
-    if ann.size == 0:
+    """The trace's step (``analysis.steps``, the one definition) as a fact: [] when it has none."""
+    st = steps(trace)
+    if not st:
         return []
-    uniq = np.unique(trace.name_id[ann]).tolist()
-    by_family: dict[str, list[int]] = {}
-    names_of: dict[str, set[str]] = {}
-    for nid in uniq:
-        name = trace.names[nid].strip()
-        for label, rx in STEP_FAMILIES:
-            m = rx.match(name)
-            if m:
-                by_family.setdefault(label, []).append(int(m.group(1)))
-                names_of.setdefault(label, set()).add(trace.names[nid])
-                break
-    if not by_family:
-        return []
-    spans: dict[str, list[int]] = {}
-    for p in phases(trace):
-        for label, ns in names_of.items():
-            if p.name in ns:
-                spans.setdefault(label, []).append(p.dur_ns)
-    # ProfilerStep ranges are not phases; time them on the host.
-    for i in ann.tolist():
-        name = trace.names[int(trace.name_id[i])]
-        if name in names_of.get("ProfilerStep", ()):
-            spans.setdefault("ProfilerStep", []).append(int(trace.end_ns[i] - trace.start_ns[i]))
-    out = []
-    for label, _ in STEP_FAMILIES:
-        nums = by_family.get(label)
-        if not nums:
-            continue
-        d = np.asarray(spans.get(label, []), dtype=np.int64)
-        out.append(
-            StepFamily(
-                label=label,
-                count=len(set(nums)),
-                first=min(nums),
-                last=max(nums),
-                median_ns=int(np.median(d)) if d.size else 0,
-                mean_ns=int(d.mean()) if d.size else 0,
-            )
+    counts = [c for c in (numbered(n) for n in st.names) if c is not None]
+    nums = [c[1] for c in counts] or [0]
+    dur = [st.spans[k][1] - st.spans[k][0] for k in st.steady]
+    return [
+        StepFamily(
+            label=st.label,
+            count=st.count,
+            first=min(nums),
+            last=max(nums),
+            median_ns=st.median_ns,
+            mean_ns=int(np.mean(dur)) if dur else 0,
+            warmup=st.warmup,
         )
-    return out
+    ]
