@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, overhead_spans
 from gaplens.analysis.clock import clock_check
+from gaplens.analysis.experiment import KERNEL_BOUND_PCT, Experiment, experiment
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.notes import Notes
 from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
@@ -19,24 +20,16 @@ from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
 from gaplens.analysis.smells import SmellGroup, rollup, smells
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
-    CAUSE_SMELL,
     CAUSE_WORDS,
-    COMM_LEVER,
     COMPARE_HINT,
-    KERNEL_LEVER,
     NO_GPU,
     QUESTIONS,
-    SMELL_NAMES,
     STEP_TITLES,
-    WARMUP_LEVER,
     busy_verdict,
-    lever,
 )
 from gaplens.analysis.workload import Workload, workload
 from gaplens.loaders.model import Trace
 
-#: Compute busy share (of the time work was asked) above which the device paces the work.
-KERNEL_BOUND_PCT = 90.0
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -299,39 +292,28 @@ class Walkthrough:
 
     # ---- 6. one experiment --------------------------------------------------
     def _step6(self) -> Step:
-        text, because = self.experiment()
-        facts = [because, f"lever: {text}", COMPARE_HINT] if because else [f"lever: {text}", COMPARE_HINT]
+        exp = self.proposal
+        facts = ([exp.because] if exp.because else []) + [f"lever: {exp.lever}", *exp.facts, COMPARE_HINT]
         g = self.gap
-        view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns)) if g is not None else View()
-        return self._make(6, facts, view, text)
+        if exp.highlight_ns is not None:
+            a, b = exp.highlight_ns
+            pad = max((b - a) // 2, 1_000)
+            view = View(window_ns=(max(0, a - pad), b + pad), highlight_ns=exp.highlight_ns)
+        elif g is not None:
+            view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns))
+        else:
+            view = View()
+        return self._make(6, facts, view, exp.lever)
+
+    @property
+    def proposal(self) -> Experiment:
+        """The one experiment of step 6 and of the report (``analysis.experiment``)."""
+        return experiment(self.trace)
 
     def experiment(self) -> tuple[str, str]:
         """(the lever to try, why this one): the one experiment of step 6 and of the report."""
-        g = self.gap
-        kind = self.workload.kind
-        if g is not None and g.cause == "unknown":
-            return "collect a better trace first: " + (g.message or "the host side is missing"), (
-                "the trace cannot say why the device waited"
-            )
-        small = g is None or g.dur_ns < 0.05 * max(self.window_ns[1] - self.window_ns[0], 1)
-        if g is None or not g.on_critical_path or (self.kernel_bound and small):
-            why = f"the device is {active_compute_pct(self.trace):.0f}% busy computing while work was asked"
-            return KERNEL_LEVER, why
-        if g.cause == "comm":
-            return COMM_LEVER, "the device waited in communication"
-        warmup = self._warmup_note(g)
-        if warmup:
-            return WARMUP_LEVER, warmup[0]
-        if g.cause in CAUSE_SMELL:
-            smell = CAUSE_SMELL[g.cause]
-            group = nearest_smell(self.trace, g, smell)
-            if group is not None:
-                return group.findings[0].lever, f"closest smell: {SMELL_NAMES[smell]} ({group.line})"
-            return lever(smell, kind), f"the cause ({g.cause}) points at a {SMELL_NAMES[smell]}"
-        return (
-            "collect a better trace first: " + (g.message or "the trace cannot say why the device waited"),
-            "no smell explains this region",
-        )
+        exp = self.proposal
+        return exp.lever, exp.because
 
 
 def gap_view(g: Gap) -> tuple[int, int]:

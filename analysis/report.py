@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import os
 
-from gaplens.analysis.memory import memory_rows, steps
+from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.notes import Notes, notes_markdown
 from gaplens.analysis.pacing import pacing
 from gaplens.analysis.phases import family, phases
 from gaplens.analysis.protocol import Walkthrough
 from gaplens.analysis.smells import rollup, smells
+from gaplens.analysis.steps import steps
 from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, clean_name

@@ -1,6 +1,6 @@
 """The four smells as findings with place, size, evidence and the lever to try.
 
-Every threshold scales with the trace's own step time (``analysis.memory.steps``:
+Every threshold scales with the trace's own step time (``analysis.steps``:
 the median GPU span of the repeated step annotation, else the whole GPU window),
 so a healthy dense region never crosses them:
 
@@ -27,7 +27,8 @@ Findings roll up per phase family (``rollup``: "sync cliff in 31 of 32 decode_st
 trace whose critical path is mostly blank always yields a named finding: when no smell crossed
 its threshold but starved gaps on the path fill at least ``MOSTLY_BLANK`` of the window, the
 dominant cause names one (``mostly_blank``). Levers come from ``analysis.words`` for the kind of
-workload seen.
+workload seen, fitted to what the trace already does (``analysis.levers``: no CUDA-graph advice
+for a trace that replays graphs, the copy's own direction and memory kind).
 """
 
 from __future__ import annotations
@@ -39,26 +40,41 @@ import numpy as np
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import Gap, analyse_gaps
+from gaplens.analysis.levers import fitted_lever
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.memory import HOST_DEVICE, Steps, memory_rows, step_of, steps
+from gaplens.analysis.memory import HOST_DEVICE, memory_rows
 from gaplens.analysis.phases import family, innermost, phases
 from gaplens.analysis.regions import device_phases
+from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
-from gaplens.analysis.words import CAUSE_SMELL, CAUSE_WORDS, SMELL_NAMES, SMELLS, lever
+from gaplens.analysis.words import CAUSE_SMELL, CAUSE_WORDS, SMELL_NAMES, SMELLS
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import Kind, Trace
 
+#: Fewer launch-bound kernels in a row are a few slow launches, not a fence (a decode step of a small
+#: model launches hundreds; a training step's optimizer tail a few dozen).
 FENCE_MIN_OPS = 32
+#: Other ops tolerated inside a run (a device-paced GEMM between launch-bound elementwise ops).
 FENCE_TOLERANCE = 3
+#: A run the device keeps busy half its time or more is not starved by its launches.
 FENCE_MAX_BUSY = 0.5
+#: Share of a run's ops that must be short launch-bound kernels (a prefill mixing GEMMs is launch-heavy, not a fence).
 FENCE_MIN_SHARE = 0.9
+#: A host island fills at least this share of its step: a twentieth of a step is worth moving.
 ISLAND_STEP_SHARE = 0.05
+#: ...and lasts at least this long: shorter host work is Python dispatch, not an island to move.
 ISLAND_MIN_NS = 250_000
+#: A copy on the path for a hundredth of a step (or that long per step, repeated) is worth removing.
 COPY_STEP_SHARE = 0.01
+#: A sync cliff's idle half lasts at least this long (a stream sync's own round trip is ~10-20 µs)...
 CLIFF_MIN_NS = 50_000
+#: ...or this share of a step, whichever is longer.
 CLIFF_STEP_SHARE = 0.001
+#: Cliffs closer than this (or ``CLIFF_MERGE_SHARE`` of a step) are one pattern: a per-token
+#: ``.item()`` loop is one finding, not hundreds.
 CLIFF_MERGE_NS = 1_000_000
 CLIFF_MERGE_SHARE = 0.02
+#: Starved gaps on the path filling a quarter of the window are a finding even when none crosses a threshold.
 MOSTLY_BLANK = 0.25
 
 KINDS = SMELLS
@@ -122,7 +138,7 @@ def _smells(trace: Trace, gaps: list[Gap] | None, st: Steps | None) -> list[Find
         out = mostly_blank(trace, gaps)
     work = workload_kind(trace)
     for f in out:
-        f.lever = lever(f.kind, work)
+        f.lever = fitted_lever(trace, f.kind, work, f.evidence if f.kind == "copy_on_path" else None)
         inner = innermost(device_phases(trace, f.device), f.start_ns, f.end_ns)
         if inner is not None:
             f.family, f.phase = family(inner.name), inner.event

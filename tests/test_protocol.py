@@ -63,12 +63,15 @@ def test_eager_steps(eager: Walkthrough) -> None:
     # The profiler's own buffer flush (2.81 ms, 96% "Activity Buffer Request") is larger but is no finding.
     flush = [r for r in blank_regions(trace) if r.dur_ns > g.dur_ns]
     assert flush and all(f.cause == "profiler" for f in analyse_gaps(trace) if f.dur_ns > g.dur_ns)
-    # 6: the lever of the smell the cause points at, offered as the experiment, and the compare command.
-    assert s6.facts[0].startswith("closest smell: host island")
-    assert s6.facts[1].startswith("lever: ")
+    # 6: the lever of the group holding most on-path blank time in steady steps, not THE gap's: the eager
+    # decode loop launches every kernel from Python (no graph launch in the file), so launches dominate.
+    assert s6.facts[0].startswith("launch-bound: ")
+    assert "steady decode_step" in s6.facts[0]
+    assert s6.facts[1].startswith("lever: ") and "CUDA graph" in s6.facts[1]
     assert s6.suggestion == s6.facts[1].removeprefix("lever: ")
+    assert any(f.startswith("the largest blank region (steps 4 and 5: ") for f in s6.facts)  # THE gap stays
     assert any("gaplens compare" in f for f in s6.facts)
-    assert s6.view.highlight_ns == s4.view.highlight_ns
+    assert s6.view.highlight_ns is not None and s6.view.highlight_ns != s4.view.highlight_ns
 
 
 def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
@@ -76,7 +79,7 @@ def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
     g = smells.gap
     assert g is not None and g.dur_ns > 40_000_000  # the host island, README ~57 ms
     assert "tokenize" in s4.facts[0]
-    assert smells.step(3).facts[0].startswith("GPU mostly waiting: 37% busy")
+    assert smells.step(3).facts[0].startswith("GPU mostly waiting: ")  # compute share: copies no longer count
     assert any(f.startswith("dense_matmul: mostly dense") for f in smells.step(3).facts)
     assert any(f.startswith("tokenize: mostly waiting: 0% busy") for f in smells.step(3).facts)
     # The host island is also the largest blank region of all, and it is on the critical path.
@@ -84,7 +87,9 @@ def test_smells_zooms_into_tokenize(smells: Walkthrough) -> None:
     assert g.on_critical_path
     assert smells.step(5).facts[0].startswith("cause: host")
     assert not any("profiler overhead" in f for f in smells.step(5).facts)
-    assert smells.step(6).facts[0].startswith("closest smell: host island (host island in 2 of 2 tokenize")
+    s6 = smells.step(6).facts
+    assert s6[0].startswith("host work: ") and "smell: host island in 2 of 2 tokenize" in s6[2]
+    assert "tokenis" in s6[1]  # the trace has tokenize ranges: tokenisation advice fits
     assert "on the critical path" in s4.facts[0]
 
 
@@ -119,7 +124,7 @@ def test_report_quotes_answers_once(smells: Walkthrough) -> None:
     ]
     assert md.count("tokenize in a worker thread") == 1
     assert "> toy loop, batch 1" in md and "host island starts here" in md
-    assert "GPU mostly waiting: 37% busy" in md
+    assert "GPU mostly waiting: " in md
 
 
 def test_marked_phase_gets_its_busy_share() -> None:

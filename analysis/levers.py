@@ -1,0 +1,199 @@
+"""Levers fitted to the trace: never propose what the trace already does, never advise work it lacks.
+
+``analysis.words.LEVERS`` holds one lever per smell per kind of workload. A trace can already do
+part of it or lack the thing a lever names, and a lever that says otherwise costs the reader's
+trust. Here the base lever is adjusted to what the trace shows:
+
+- graph launches (``cudaGraphLaunch``/``hipGraphLaunch``/``cuGraphLaunch``) already replace kernel
+  launches: no "capture in a CUDA graph"; the launch gaps left are the eager launches around the
+  replays, and those are the lever;
+- no range mentions tokenising: no tokenisation advice;
+- copies: the direction and memory kind of the copies that cost most (``Memcpy HtoD (Pageable ->
+  Device)``), so pinned copies are not told to use pinned memory and device-to-device copies are not
+  called host transfers.
+
+Pure: readings of the trace, no Textual.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from gaplens.analysis.memo import per_trace
+from gaplens.analysis.words import COMM_LEVER, lever
+from gaplens.loaders.model import Kind, Trace
+
+#: Runtime/driver calls that replay a whole captured graph (CUDA runtime, HIP, CUDA driver; nsys adds ``_v10000``).
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+|_ptsz|_spt)*$")
+#: Runtime/driver calls that launch one kernel.
+KERNEL_LAUNCH = re.compile(
+    r"^(cudaLaunchKernel\w*|cuLaunchKernel\w*|hipLaunchKernel\w*|hipExtLaunchKernel\w*|hipModuleLaunchKernel\w*|"
+    r"cudaLaunchCooperativeKernel\w*|hipLaunchCooperativeKernel\w*|cuLaunchCooperativeKernel\w*)$"
+)
+#: A range name that says the program tokenises (tokenize, tokenise, detokenize, tokenizer, encode_prompt…).
+TOKENISE = re.compile(r"tokeni[sz]", re.IGNORECASE)
+#: ``Memcpy HtoD (Pageable -> Device)``: the memory kinds at both ends (Kineto and nsys name copies so).
+_MEM_KINDS = re.compile(r"\(([A-Za-z][\w ]*?) -> ([A-Za-z][\w ]*?)\)")
+_DIRECTION = {
+    int(Kind.MEMCPY_HTOD): "HtoD",
+    int(Kind.MEMCPY_DTOH): "DtoH",
+    int(Kind.MEMCPY_DTOD): "DtoD",
+    int(Kind.MEMCPY_PEER): "peer",
+    int(Kind.MEMCPY_OTHER): "other",
+    int(Kind.MEMSET): "memset",
+}
+
+#: The picket-fence lever once graphs already replace kernel launches: the eager launches left are the lever.
+GRAPHED_FENCE_LEVER = (
+    "the trace already replays CUDA graphs ({graphs:,} graph launches beside {kernels:,} kernel launches): the "
+    "launch gaps left come from the eager ops between replays; capture those too (sampling, logits processing, "
+    "input preparation) or fuse them, and check no shape change forces eager fallbacks"
+)
+#: Serving's host-island lever when no range says the program tokenises.
+SERVING_ISLAND_NO_TOKENS = (
+    "move the CPU work off the request path: prepare the next step's inputs while the GPU runs, stop per-token "
+    "logging and Python bookkeeping in the loop, sample on the device"
+)
+#: When the device waited on work it had already been given (cause ``dependency``).
+DEPENDENCY_LEVER = (
+    "the device waited on work it had already been given (an event or stream wait, another stream's or "
+    "device's op): look at the wait named in the evidence; start the awaited work earlier, split it so the "
+    "dependent op can begin sooner, or drop a stream wait the op does not need"
+)
+#: The same when the trace replays graphs: the waits between a replay's nodes are the graph's own edges.
+GRAPHED_DEPENDENCY_LEVER = (
+    "the device waited between ops it had already been given; the trace replays CUDA graphs ({graphs:,} graph "
+    "launches), whose nodes wait on their edges: fewer, larger nodes (fuse the small kernels inside the graph, "
+    "torch.compile in the captured region), and look at any stream or event wait named in the evidence"
+)
+#: Copy levers by direction and memory kind (the most direct first).
+COPY_LEVERS = {
+    "pageable": "copy from pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True)) with "
+    "non_blocking=True so it overlaps compute; better, keep the tensors on the device",
+    "pinned": "the copies are already pinned: overlap them with compute (non_blocking=True on a side stream, "
+    "prefetch the next batch) or keep the tensors on the device so they need no copy",
+    "dtoh": "read back less and less often: keep results on the device until they are needed, remove the "
+    "accidental .cpu(), .item() or NumPy conversion; a read-back that must stay goes into pinned memory with "
+    "non_blocking=True and an event to wait on",
+    "dtoh_pinned": "read back less and less often (the read-backs already land in pinned memory): keep results "
+    "on the device until they are needed, remove the accidental .cpu(), .item() or NumPy conversion",
+    "device": "the copies stay on the device: avoid them (views instead of .contiguous()/.clone(), in-place ops, "
+    "fused kernels that write where the data is needed)",
+    "peer": "overlap the peer copies with compute on a side stream, or place the data on the GPU that uses it",
+}
+
+
+@dataclass(frozen=True)
+class Launches:
+    """How the trace launches its GPU work: graph replays and single-kernel launches."""
+
+    graphs: int
+    kernels: int
+
+    @property
+    def graphed(self) -> bool:
+        """Graph launches replace kernel launches: the trace already captures its steps in graphs."""
+        return self.graphs > 0
+
+
+@per_trace
+def launches(trace: Trace) -> Launches:
+    """Graph and kernel launch calls in the trace, counted by name."""
+    api = trace.kind == int(Kind.CUDA_API)
+    ids, counts = np.unique(trace.name_id[api], return_counts=True)
+    graphs = kernels = 0
+    for nid, n in zip(ids.tolist(), counts.tolist(), strict=True):
+        name = trace.names[int(nid)]
+        if GRAPH_LAUNCH.match(name):
+            graphs += int(n)
+        elif KERNEL_LAUNCH.match(name):
+            kernels += int(n)
+    return Launches(graphs, kernels)
+
+
+@per_trace
+def tokenises(trace: Trace) -> bool:
+    """True when a range or CPU op of the trace names tokenising."""
+    kinds = np.asarray([int(Kind.ANNOTATION), int(Kind.CPU_OP), int(Kind.PYTHON)], np.int8)
+    ids = np.unique(trace.name_id[np.isin(trace.kind, kinds)]).tolist()
+    return any(TOKENISE.search(trace.names[int(i)]) for i in ids)
+
+
+@dataclass(frozen=True)
+class CopyKind:
+    """The copies that cost most: direction and memory kind, in the trace's own words."""
+
+    direction: str  # HtoD, DtoH, DtoD, peer, other, memset
+    src: str  # Pageable, Pinned, Device, ... ("" when the name does not say)
+    dst: str
+    time_ns: int
+    count: int
+
+    @property
+    def lever_key(self) -> str:
+        """Which of ``COPY_LEVERS`` fits: by direction, then by the host side's memory kind."""
+        if self.direction in ("DtoD", "memset"):
+            return "device"
+        if self.direction == "peer":
+            return "peer"
+        if self.direction == "DtoH":
+            return "dtoh_pinned" if self.dst.lower() == "pinned" else "dtoh"
+        return "pinned" if self.src.lower() == "pinned" else "pageable"
+
+    @property
+    def text(self) -> str:
+        kinds = f" ({self.src} → {self.dst})" if self.src and self.dst else ""
+        return f"{self.direction}{kinds}"
+
+
+def copy_kinds(trace: Trace, idx: np.ndarray | list[int] | None = None) -> list[CopyKind]:
+    """Copies grouped by direction and memory kind, most time first (``idx``: only these events)."""
+    kinds = np.asarray(list(_DIRECTION), np.int8)
+    sel = np.arange(len(trace)) if idx is None else np.asarray(idx, np.int64)
+    sel = sel[np.isin(trace.kind[sel], kinds)]
+    if sel.size == 0:
+        return []
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    dur = (trace.end_ns[sel] - trace.start_ns[sel]).tolist()
+    for i, d in zip(sel.tolist(), dur, strict=True):
+        m = _MEM_KINDS.search(trace.name(i))
+        key = (_DIRECTION[int(trace.kind[i])], *(m.groups() if m else ("", "")))
+        acc = groups.setdefault(key, [0, 0])
+        acc[0] += int(d)
+        acc[1] += 1
+    out = [CopyKind(k[0], k[1].strip(), k[2].strip(), t, n) for k, (t, n) in groups.items()]
+    out.sort(key=lambda c: -c.time_ns)
+    return out
+
+
+def copy_lever(trace: Trace, idx: np.ndarray | list[int] | None = None) -> str:
+    """The copy lever for the copies that cost most, naming their direction and memory kind."""
+    found = copy_kinds(trace, idx)
+    if not found:
+        return lever("copy_on_path", "generic")
+    top = found[0]
+    return f"{top.text} copies: {COPY_LEVERS[top.lever_key]}"
+
+
+def fitted_lever(trace: Trace, smell: str, workload: str, copies: list[int] | None = None) -> str:
+    """The lever of ``smell`` for this workload, fitted to what the trace already does and holds.
+
+    ``copies``: the copy events a ``copy_on_path`` lever is about (default: every copy of the trace).
+    """
+    if smell == "picket_fence":
+        lv = launches(trace)
+        if lv.graphed and "graph" in lever(smell, workload).lower():
+            return GRAPHED_FENCE_LEVER.format(graphs=lv.graphs, kernels=lv.kernels)
+    if smell == "host_island" and workload == "serving" and not tokenises(trace):
+        return SERVING_ISLAND_NO_TOKENS
+    if smell == "copy_on_path":
+        return copy_lever(trace, copies)
+    if smell == "comm":
+        return COMM_LEVER
+    if smell == "dependency":
+        lv = launches(trace)
+        return GRAPHED_DEPENDENCY_LEVER.format(graphs=lv.graphs) if lv.graphed else DEPENDENCY_LEVER
+    return lever(smell, workload)
