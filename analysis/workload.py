@@ -17,7 +17,15 @@ from gaplens.analysis.steps import numbered, steps
 from gaplens.loaders.model import Kind, Trace
 
 _TRAINING = re.compile(r"backward|autograd|optimizer|\btrain|zero_grad", re.IGNORECASE)
-_SERVING = re.compile(r"decode|prefill|generat|request|token|sampl|infer|serv|paged_attention|splitkv", re.IGNORECASE)
+#: Words (between non-letters) that only an LLM server or generation loop names its ranges with. Whole
+#: words: "infer" in nvFuser's ``inferOutputShape…``, "serv" in ``preserve`` and "sampl" in a test's
+#: ``sample_inputs`` made an nvFuser pytest run "LLM serving".
+_SERVING = re.compile(
+    r"(?<![a-z])(decode|decoding|prefill|generate|generation|detokeni[sz]e|tokeni[sz]e|request)(?![a-z])",
+    re.IGNORECASE,
+)
+#: Kernels only serving engines run (paged KV-cache attention, split-KV decoding).
+_SERVING_KERNELS = re.compile(r"paged_attention|splitkv|flash_fwd_splitkv|reshape_and_cache", re.IGNORECASE)
 _PYTORCH = re.compile(r"^(aten::|torch|autograd::|c10d::)")
 
 #: dtype tokens as they appear in kernel names (templates, cuBLAS/cuDNN/CUTLASS names).
@@ -158,7 +166,7 @@ def kind(trace: Trace) -> str:
     if any(_TRAINING.search(n) for n in range_names + threads) or any("Backward" in n for n in op_names):
         return "training"
     kernels = [trace.names[int(i)] for i in np.unique(trace.name_id[trace.kind == int(Kind.KERNEL)]).tolist()]
-    if any(_SERVING.search(n) for n in range_names) or any("paged_attention" in n for n in kernels):
+    if any(_SERVING.search(n) for n in range_names) or any(_SERVING_KERNELS.search(n) for n in kernels):
         return "serving"
     if not op_names and not any(_PYTORCH.search(n) for n in trace.names[:50000]) and kernels:
         return "hpc"
