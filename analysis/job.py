@@ -12,6 +12,7 @@ import numpy as np
 
 from gaplens.analysis.align import Matched, match, number_ranks
 from gaplens.analysis.ranks import RankReading
+from gaplens.analysis.steps import common_step
 from gaplens.analysis.straggler import Straggler, Waits, find_straggler, waits
 
 
@@ -49,7 +50,7 @@ class JobReading:
     waits: Waits
     straggler: Straggler | None
     candidate: Straggler | None  # the strongest candidate, also when it is under the thresholds
-    step_ns: int
+    step_ns: int  # the ranks' common step (``analysis.steps.common_step``), else the median window
     rows: list[RankRow]  # sorted by the waiting each rank imposes, most first
     notes: list[str] = field(default_factory=list)  # what was skipped, numbered or not aligned
     task_cpu_s: float = 0.0  # CPU the per-rank tasks took in their workers (set by ``analysis.jobrun``)
@@ -85,10 +86,9 @@ def read_job(readings: list[RankReading], notes: list[str] | None = None) -> Job
     """Number the ranks, match their collectives, align clocks, measure waits and name the straggler."""
     ordered, ranks, rank_notes = number_ranks(readings)
     m = match(ordered, ranks)
-    steps = [r.step_ns for r in ordered if r.step_ns > 0]
-    step_ns = (
-        int(np.median(steps)) if steps else int(np.median([r.window_ns[1] - r.window_ns[0] for r in ordered] or [0]))
-    )
+    # The job's step: its ranks' common step (synchronous ranks share it); without one, the window.
+    common = common_step([r.step_label for r in ordered], [r.step_ns for r in ordered])
+    step_ns = common.median_ns or int(np.median([r.window_ns[1] - r.window_ns[0] for r in ordered] or [0]))
     w = waits(m, step_ns)
     straggler, candidate = find_straggler(m, w, step_ns)
     n_rows = len(ordered)

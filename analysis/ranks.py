@@ -3,7 +3,7 @@
 A rank is one process that runs GPU work, on its GPU: a Kineto file per rank holds one, an nsys
 report can hold several (one per process, told apart by the GPU it runs on). ``read_ranks``
 turns a loaded trace into one ``RankReading`` per rank: busy share, compute / communication /
-exposed communication (``analysis.busy.busy_share``), step time (``analysis.memory.steps``), the
+exposed communication (``analysis.busy.busy_share``), step (``analysis.steps``, per process), the
 collective table (``analysis.collectives``) and a coarse activity profile for the job overview.
 Everything in it is small (ranks × collectives), never events: this is what a worker process or
 a Dask task sends back to the coordinator.
@@ -17,8 +17,8 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share, device_splits, gpu_window
 from gaplens.analysis.collectives import CollectiveTable, collective_table
-from gaplens.analysis.memory import steps
 from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.steps import steps
 from gaplens.loaders.model import GPU_WORK_KINDS, Trace
 
 #: Samples of the cumulative compute / comm time over a rank's window, for the overview's bars.
@@ -65,12 +65,14 @@ class RankReading:
     compute_ns: int
     comm_ns: int
     exposed_comm_ns: int
-    step_ns: int
-    steps: int
-    step_spans_ns: list[tuple[int, int]]  # GPU spans of the steps, absolute
+    step_ns: int  # median of the steady steps (``analysis.steps``), 0 without steps
+    steps: int  # steps, warm-up included
+    step_spans_ns: list[tuple[int, int]]  # the steps as CUDA events time them, absolute
     collectives: CollectiveTable
     profile: Profile
     warnings: list[str] = field(default_factory=list)
+    step_label: str = ""  # the step's family ("train_step", "ProfilerStep"); "" without steps
+    step_warmup: list[int] = field(default_factory=list)  # indices of warm-up steps, set apart from per-step means
 
     @property
     def name(self) -> str:
@@ -159,7 +161,7 @@ def read_ranks(trace: Trace, file_index: int = 0) -> list[RankReading]:
         if d is None:
             continue
         found = phases_of(trace, pid if many else None)
-        st = steps(trace, found)
+        st = steps(trace, pid) if many else steps(trace)
         gaps = _gap_reading(trace, device)
         table = collective_table(trace, device, found, st, gaps)
         origin = trace.meta.origin_ns
@@ -187,6 +189,8 @@ def read_ranks(trace: Trace, file_index: int = 0) -> list[RankReading]:
                 collectives=table,
                 profile=_profile(trace, device, w0, w1),
                 warnings=list(trace.meta.warnings),
+                step_label=st.label,
+                step_warmup=list(st.warmup_idx),
             )
         )
     return out

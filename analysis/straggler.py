@@ -189,18 +189,35 @@ def _worst(m: Matched, w: Waits, row: int, mine: np.ndarray) -> int:
 
 
 def _per_step(m: Matched, w: Waits, row: int) -> int:
-    """The waiting a rank imposed in a typical step: the median over its steps, so one slow
-    warm-up step does not make a straggler of a rank that is on time in every other."""
+    """The waiting a rank imposed in a typical step: the median over its steady steps (warm-up
+    steps set apart, ``analysis.steps``), so one slow warm-up step does not make a straggler of a
+    rank that is on time in every other. The others' wait in one step is at most that step's
+    span (synchronous ranks share their steps), so a step's share never passes 100%."""
+    r = m.readings[row]
     mine = w.in_scope & (w.last_row == row) & (m.row[row] >= 0)
     own_step = np.full(len(m), -1, np.int64)
     ok = m.row[row] >= 0
-    own_step[ok] = m.readings[row].collectives.step[m.row[row, ok]]
-    steps = np.unique(own_step[w.in_scope & ok])
-    steps = steps[steps >= 0]
+    own_step[ok] = r.collectives.step[m.row[row, ok]]
+    steps = _steady(r, np.unique(own_step[w.in_scope & ok]))
     if steps.size == 0:
         return int(w.imposed_ns[mine].sum())
-    per = [int(w.imposed_ns[mine & (own_step == s)].sum()) for s in steps.tolist()]
+    per = []
+    for s in steps.tolist():
+        total = int(w.imposed_ns[mine & (own_step == s)].sum())
+        if s < len(r.step_spans_ns):
+            a, b = r.step_spans_ns[s]
+            total = min(total, int(b - a))
+        per.append(total)
     return int(np.median(per))
+
+
+def _steady(r, steps: np.ndarray) -> np.ndarray:
+    """The step indices among ``steps`` that are steady steps of rank reading ``r`` (warm-up set apart);
+    all of them when setting warm-up apart would leave none."""
+    steps = steps[steps >= 0]
+    warm = np.asarray(getattr(r, "step_warmup", []) or [], np.int64)
+    steady = steps[~np.isin(steps, warm)]
+    return steady if steady.size else steps
 
 
 def explain(m: Matched, w: Waits, row: int, mine: np.ndarray, step_ns: int) -> tuple[str, list[str], dict]:
@@ -208,6 +225,10 @@ def explain(m: Matched, w: Waits, row: int, mine: np.ndarray, step_ns: int) -> t
     r = m.readings[row]
     t = r.collectives
     cols = np.flatnonzero(mine & (m.row[row] >= 0))
+    # Warm-up steps are set apart (a 254 ms first step must not make a 15 ms range read 25 ms per step).
+    steady = _steady(r, np.unique(t.step[m.row[row, cols]]))
+    if steady.size:
+        cols = cols[np.isin(t.step[m.row[row, cols]], steady)]
     # A step whose first collective has no previous one to measure from is read in part only: skip it.
     step = t.step[m.row[row, cols]]
     partial = np.unique(step[~t.bounded[m.row[row, cols]] & (step >= 0)])
@@ -240,14 +261,17 @@ def explain(m: Matched, w: Waits, row: int, mine: np.ndarray, step_ns: int) -> t
             other_compute[j] = float(np.median(vals_c))
             other_copy[j] = float(np.median(vals_p))
     n = cols.size
-    # Per step: summed over the collectives it held up, over the steps they fall in.
-    steps = np.unique(t.step[m.row[row, cols]])
+    # Per step: summed over the collectives it held up in each step, the median over those steps
+    # (a segment reaching back into a slow step must not inflate the typical one); per collective
+    # when the rank has no steps.
+    col_step = t.step[m.row[row, cols]]
+    steps = np.unique(col_step)
     per = max(int((steps >= 0).sum()) if (steps >= 0).any() else n, 1)
-    own_blank, other_blank = own_blank.sum(axis=0) / per, other_blank.sum(axis=0) / per
-    own_compute_s, other_compute_s = own_compute.sum() / per, other_compute.sum() / per
+    own_blank, other_blank = _typical(own_blank, col_step), _typical(other_blank, col_step)
+    own_compute_s, other_compute_s = float(_typical(own_compute, col_step)), float(_typical(other_compute, col_step))
     delta = {name: float(own_blank[k] - other_blank[k]) for k, name in enumerate(causes)}
     d_compute = float(own_compute_s - other_compute_s)
-    d_copy = float((own_copy.sum() - other_copy.sum()) / per)
+    d_copy = float(_typical(own_copy - other_copy, col_step))
     delta["compute"] = d_compute
     cause = max(delta, key=lambda c: delta[c])
     if delta[cause] <= 0:
@@ -277,6 +301,16 @@ def explain(m: Matched, w: Waits, row: int, mine: np.ndarray, step_ns: int) -> t
     text += f"; the other ranks {fmt_ns(int(others))}"
     where = f"first at {fmt_ns(int(m.start_ns[row, cols[0]] - m.offsets_ns[row] - r.origin_ns))} in {r.name}"
     return cause, [text, where], detail
+
+
+def _typical(values: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per-step sums of ``values`` (rows: collectives), the median over the steps; the mean per
+    collective when no row has a step."""
+    has = step >= 0
+    if not has.any():
+        return values.mean(axis=0)
+    sums = [values[step == s].sum(axis=0) for s in np.unique(step[has]).tolist()]
+    return np.median(np.asarray(sums, np.float64), axis=0)
 
 
 def _phase(ids: np.ndarray, names: list[str], weight: np.ndarray) -> str:

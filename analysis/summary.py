@@ -9,6 +9,7 @@ from gaplens.analysis.clock import clock_check
 from gaplens.analysis.phases import Phase, family, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, idle_ns
 from gaplens.analysis.stats import name_stats
+from gaplens.analysis.steps import steps, steps_by_process
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
 
@@ -89,6 +90,8 @@ def summary(trace: Trace, top: int = 10) -> dict:
         "memset": totals(trace, (Kind.MEMSET,)),
         "gpu": share.to_json() | {"idle_ns": idle_ns(trace), "active_compute_pct": active_compute_pct(trace)},
         "processes": {str(pid): name for pid, name in meta.processes.items() if pid in {p.pid for p in found}},
+        "step": steps(trace).to_json(),
+        "step_by_process": step_by_process(trace),
         "phases": phases_json(trace, found),
         "phase_families": family_rows(trace, found),
         "top_kernels": top_names(trace, (Kind.KERNEL,), top),
@@ -96,6 +99,14 @@ def summary(trace: Trace, top: int = 10) -> dict:
         "top_ranges": top_names(trace, (Kind.ANNOTATION,), top),
         "threads": sorted({(ln.pid, ln.tid) for ln in trace.lanes if ln.kind != LaneKind.STREAM and ln.pid >= 0}),
     }
+
+
+def step_by_process(trace: Trace) -> dict[str, dict]:
+    """Each process's step when several processes have one (``step`` is the busiest launcher's)."""
+    found = steps_by_process(trace)
+    if len(found) < 2:
+        return {}
+    return {str(pid): (st.to_json() or {}) | {"pid": pid} for pid, st in found.items()}
 
 
 def phases_json(trace: Trace, found: list[Phase]) -> list[dict]:

@@ -49,6 +49,7 @@ def render_text(trace: Trace, top: int = 10) -> str:
         lines.append(f"trace lacks: {', '.join(s['lacks'])}")
     for w in s["warnings"]:
         lines.append(f"warning: {w}")
+    lines += step_lines(s)
     lines += phase_lines(s)
     for title, key in (
         ("top kernels", "top_kernels"),
@@ -69,6 +70,26 @@ def render_text(trace: Trace, top: int = 10) -> str:
                 f"{fmt_ns(r['med_ns']):>10}  {r['name'][:90]}"
             )
     return "\n".join(lines)
+
+
+def step_line(step: dict) -> str:
+    """``train_step ×4, median 40.8 ms`` with the warm-up steps it set apart."""
+    text = f"{step['label']} ×{step['count']}, median {fmt_ns(step['median_ns'])}"
+    warm = step["warmup"]
+    if warm:
+        named = ", ".join(warm[:3]) + (f" and {len(warm) - 3} more" if len(warm) > 3 else "")
+        text += f" (warm-up set apart: {named})"
+    return text
+
+
+def step_lines(s: dict) -> list[str]:
+    """The step (``analysis.steps``): one line, or one per process when several have steps."""
+    if not s.get("step"):
+        return []
+    by_pid = s.get("step_by_process") or {}
+    if len(by_pid) < 2:
+        return [f"step         {step_line(s['step'])}"]
+    return ["step", *(f"  process {pid}  {step_line(st)}" for pid, st in by_pid.items())]
 
 
 def phase_lines(s: dict) -> list[str]:
