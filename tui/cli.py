@@ -1,7 +1,7 @@
 """The `gaplens` command line: the TUI by default, headless readings as subcommands.
 
 Errors are one line on stderr: exit 2 for unusable input, 1 for an internal failure.
-Set GAPLENS_DEBUG=1 to see the traceback of an internal failure.
+Set GAPLENS_DEBUG=1 to see the traceback of an internal failure. ``--version`` prints the version.
 """
 
 from __future__ import annotations
@@ -13,10 +13,22 @@ import traceback
 from collections.abc import Callable, Sequence
 
 from gaplens.loaders import TraceError
+from gaplens.loaders.files import read_head
 from gaplens.loaders.text import shorten
 from gaplens.tui.commands.common import clean_output, load_trace, print_json
 
 COMMANDS = ("summary", "gaps", "smells", "report", "compare", "export", "ranks", "whatif", "floor")
+
+
+def version() -> str:
+    """The installed distribution's version ("unknown" when gaplens runs without being installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("gaplens")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def bundled_sample() -> str:
@@ -90,6 +102,13 @@ def build_tui_parser() -> argparse.ArgumentParser:
         help="Kineto .json[.gz] or nsys .sqlite[.gz]/.nsys-rep (default: bundled sample); "
         "several traces or a folder: a job, opened on its rank overview",
     )
+    parser.add_argument(
+        "--notes-beside",
+        action="store_true",
+        help="keep notes and exports beside the trace (default: the state dir, $GAPLENS_STATE_DIR or "
+        "~/.local/state/gaplens; same as GAPLENS_NOTES_BESIDE=1)",
+    )
+    parser.add_argument("-V", "--version", action="store_true", help="print the version and exit")
     return parser
 
 
@@ -101,7 +120,9 @@ def run_tui(paths: list[str] | str | None) -> int:
         from gaplens.tui.screens.job import run_job_viewer
 
         return run_job_viewer(paths)
-    return run_app(paths[0] if paths else bundled_sample())
+    path = paths[0] if paths else bundled_sample()
+    read_head(path, 16)  # missing, unreadable or not a file: one line (exit 2) before the screen switches
+    return run_app(path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -117,6 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             build_parser().print_help()
             return 0
         args = build_tui_parser().parse_args(argv)
+        if args.version:
+            print(f"gaplens {version()}")
+            return 0
+        if args.notes_beside:
+            from gaplens.analysis.notes import BESIDE_ENV
+
+            os.environ[BESIDE_ENV] = "1"
         return run_tui(args.trace)
     except TraceError as exc:
         print(f"gaplens: {shorten(exc, 600)}", file=sys.stderr)

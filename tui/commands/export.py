@@ -5,13 +5,14 @@
     gaplens export TRACE --parquet DIR             DIR/events.parquet, DIR/gaps.parquet
 
 Every file is written atomically (temp file, then rename): a reader sees the old file or the new one.
+Every output is checked before the trace is loaded (``common.output_file``): the input itself, a symlink,
+or something that is not a regular file (a folder that is not a folder) is refused with exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import os
 import sys
 from pathlib import Path
 
@@ -19,7 +20,10 @@ import pyarrow as pa
 
 from gaplens.analysis.units import fmt_bytes
 from gaplens.loaders.model import Trace, TraceError
-from gaplens.tui.commands.common import load_trace
+from gaplens.tui.commands.common import load_trace, output_file, output_folder, write_output
+
+#: The tables ``--csv`` and ``--parquet`` write (``tables``), one file each.
+TABLES = ("events", "gaps")
 
 
 def add_parser(sub) -> None:
@@ -33,14 +37,18 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     if not (args.perfetto or args.csv or args.parquet):
         raise TraceError("export: say what to write: --perfetto OUT.json, --csv DIR and/or --parquet DIR")
+    perfetto = output_file(args.perfetto, [args.trace], "export --perfetto") if args.perfetto else None
+    folders = {
+        fmt: output_folder(getattr(args, fmt), [f"{t}.{fmt}" for t in TABLES], [args.trace], f"export --{fmt}")
+        for fmt in ("csv", "parquet")
+        if getattr(args, fmt)
+    }
     trace = load_trace(args.trace)
     written: list[Path] = []
-    if args.perfetto:
-        written.append(write_perfetto(trace, Path(args.perfetto)))
-    for fmt in ("csv", "parquet"):
-        folder = getattr(args, fmt)
-        if folder:
-            written.extend(write_tables(trace, Path(folder), fmt))
+    if perfetto is not None:
+        written.append(write_perfetto(trace, perfetto))
+    for fmt, folder in folders.items():
+        written.extend(write_tables(trace, folder, fmt))
     for path in written:
         print(f"wrote {path} ({fmt_bytes(path.stat().st_size)})", file=sys.stderr)
     return 0
@@ -60,7 +68,9 @@ def tables(trace: Trace) -> dict[str, pa.Table]:
     """The tables ``--csv`` and ``--parquet`` write: every event, and every blank region (largest first)."""
     from gaplens.api import gaps
 
-    return {"events": trace.to_arrow(), "gaps": pa.Table.from_pandas(gaps(trace), preserve_index=False)}
+    out = {"events": trace.to_arrow(), "gaps": pa.Table.from_pandas(gaps(trace), preserve_index=False)}
+    assert tuple(out) == TABLES
+    return out
 
 
 def write_tables(trace: Trace, folder: Path, fmt: str) -> list[Path]:
@@ -97,9 +107,4 @@ def _flat(table: pa.Table) -> pa.Table:
 
 
 def _write(path: Path, data: bytes) -> None:
-    from gaplens.analysis.notes import atomic_write
-
-    try:
-        atomic_write(path if path.is_absolute() else Path(os.getcwd()) / path, data)
-    except OSError as exc:
-        raise TraceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    write_output(output_file(path, [], "export"), data)  # checked again: the folder may have changed meanwhile

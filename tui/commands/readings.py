@@ -12,7 +12,7 @@ from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import CAUSE_WORDS
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
-from gaplens.tui.commands.common import load_trace, print_json
+from gaplens.tui.commands.common import load_trace, output_file, print_json, write_output
 
 
 def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
@@ -68,18 +68,32 @@ def _telling(g: Gap) -> list[int]:
     return g.evidence[:2] if g.cause in ("comm", "profiler") else g.evidence[2:4]
 
 
+TEXT_TOP = 20  # gaps shown as text without --top: a screenful
+JSON_TOP = 50  # gaps in --json without --top: a decode trace has ~17k regions (4.9 MB of JSON); --top 0 gives all
+
+
+def _top(args: argparse.Namespace) -> int | None:
+    """How many gaps to print: --top N, 0 for all (None), else the text or JSON default."""
+    if args.top is None:
+        return JSON_TOP if args.json else TEXT_TOP
+    if args.top < 0:
+        raise TraceError(f"gaps: --top {args.top}: give a count (0 for all)")
+    return args.top or None
+
+
 def cmd_gaps(args: argparse.Namespace) -> int:
+    top = _top(args)
     trace = load_trace(args.trace)
     if not args.json and args.phase is None:
         # The text shows the largest few: keep the rest as columns (10^5 gaps at 1M events).
-        print(render_top_gaps(trace, args.top if args.top is not None else 20))
+        print(render_top_gaps(trace, top if top is not None else sys.maxsize))
         return 0
-    gaps = analyse_gaps(trace, phase=args.phase, evidence_top=args.top if args.top is not None else 100)
+    gaps = analyse_gaps(trace, phase=args.phase, evidence_top=top if top is not None else 100)
     if args.json:
-        rows = largest(gaps)[: args.top] if args.top is not None else largest(gaps)
-        print_json({"origin_ns": trace.meta.origin_ns, "gaps": [gap_json(g) for g in rows]})
+        rows = largest(gaps)[:top] if top is not None else largest(gaps)
+        print_json({"origin_ns": trace.meta.origin_ns, "total": len(gaps), "gaps": [gap_json(g) for g in rows]})
     else:
-        print(render_gaps(trace, gaps, args.top if args.top is not None else 20))
+        print(render_gaps(trace, gaps, top if top is not None else sys.maxsize))
     return 0
 
 
@@ -125,15 +139,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from gaplens.analysis.notes import notes_for_trace
     from gaplens.analysis.report import report_markdown
 
+    # The input, a symlink or a FIFO is refused before any work (exit 2); the file is written atomically.
+    out = output_file(args.output, [args.trace], "report -o") if args.output else None
     trace = load_trace(args.trace)
     saved = notes_for_trace(trace, warn=lambda m: print(f"gaplens: warning: {m}", file=sys.stderr))
     text = clean_text(report_markdown(trace, notes=saved), keep_newlines=True)  # file names may hold anything
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            raise TraceError(f"cannot write {args.output}: {exc.strerror}") from exc
+    if out is not None:
+        write_output(output_file(out, [args.trace], "report -o"), text.encode("utf-8"))
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -147,7 +159,9 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("gaps", help="blank regions, largest first, with critical-path flag and cause")
     p.add_argument("trace")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--top", type=int, default=None, help="only the N largest (text default 20, JSON all)")
+    p.add_argument(
+        "--top", type=int, default=None, help=f"the N largest (default: text {TEXT_TOP}, JSON {JSON_TOP}; 0: all)"
+    )
     p.add_argument("--phase", default=None, help="only inside the phases with this name")
     p = sub.add_parser("smells", help="picket fences, host islands, copies on the path, sync cliffs")
     p.add_argument("trace")
