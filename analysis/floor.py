@@ -331,6 +331,30 @@ def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
     return out
 
 
+def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
+    """The step (``analysis.steps``): per steady step the GPU ops inside its CUDA-event span; medians of
+    measured time and floor, the bound and the families above the floor over all steady steps."""
+    try:
+        from gaplens.analysis.steps import steps
+    except ImportError:  # the step owner not landed: phases only
+        return None
+    st = steps(trace)
+    if not st or not st.steady:
+        return None
+    parts = [window_sel(trace, *st.spans[k], st.pid, None, gpu_spec) for k in st.steady]
+    rows = [span_row(trace, sel, gpu_spec) for sel in parts]
+    every = span_row(trace, np.unique(np.concatenate(parts)), gpu_spec)
+    return {
+        "label": st.label,
+        "count": st.count,
+        "steady": len(st.steady),
+        "median_ns": int(st.median_ns),
+        "median_time_ns": int(np.median([r["time_ns"] for r in rows])),
+        "median_floor_ns": int(np.median([r["floor_ns"] for r in rows])),
+        **{k: every[k] for k in ("bound", "efficiency", "excess")},
+    }
+
+
 def copy_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
     """Host↔device copies by name (direction and memory kind): bytes, time, achieved GB/s vs the link."""
     f = floors(trace, gpu_spec)
@@ -437,6 +461,7 @@ def floor_json(trace: Trace, gpu_spec: str | None = None) -> dict:
         "gpu": gpu_json(trace, gpu_spec),
         "ops": [{k: r[k] for k in keep} for r in ops],
         "phases": phase_rows(trace, gpu_spec),
+        "step": step_row(trace, gpu_spec),
         "total": total,
         "copies": copy_rows(trace, gpu_spec),
         "unsized_ns": total["unsized_ns"],

@@ -31,7 +31,8 @@ from pathlib import Path
 T = 1e12  # TFLOP/s
 G = 1e9  # GB/s
 
-#: Host-link peaks, one direction (x16 lanes): PCIe Gen4 64 GB/s and Gen5 128 GB/s both ways.
+#: Host-link peaks, one direction (x16 lanes): PCIe Gen3/4/5 are 32/64/128 GB/s both ways.
+PCIE3 = 16 * G
 PCIE4 = 32 * G
 PCIE5 = 64 * G
 #: NVLink-C2C between Grace and the GPU: 900 GB/s both ways.
@@ -80,6 +81,7 @@ def _row(key, name, match, tflops, mem_gbs, link, link_name, source, note="", sm
 
 
 _A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+_V100 = "https://images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf"
 _A100_NOTE = "TF32 312 and BF16 624 are sparse on the sheet: halved"
 _A100_PEAKS = {"fp64": 19.5, "fp32": 19.5, "tf32": 156, "bf16": 312}
 _H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (H100 data sheet)"
@@ -95,7 +97,7 @@ BUILTIN: tuple[GpuSpec, ...] = (
     _row(
         "a100-sxm4-80gb",
         "NVIDIA A100 SXM4 80GB",
-        r"A100.*SXM.*80|A100 80GB HBM2e",
+        r"A100.*(SXM|PG509)",
         _A100_PEAKS,
         2039,
         PCIE4,
@@ -108,7 +110,7 @@ BUILTIN: tuple[GpuSpec, ...] = (
     _row(
         "a100-sxm4-40gb",
         "NVIDIA A100 SXM4 40GB",
-        r"A100.*SXM",
+        r"A100.*(SXM|PG509)",
         _A100_PEAKS,
         1555,
         PCIE4,
@@ -260,6 +262,39 @@ BUILTIN: tuple[GpuSpec, ...] = (
         "PCIe Gen4 x16",
         "https://www.nvidia.com/en-us/data-center/l4/ (L4 data sheet)",
         "TF32 120, BF16 242, FP8 485 with sparsity: halved; no FP64 figure on the sheet",
+    ),
+    _row(
+        "v100-pcie",
+        "NVIDIA V100 PCIe",
+        r"V100.*PCI",
+        {"fp64": 7, "fp32": 14, "fp16": 112},
+        900,
+        PCIE3,
+        "PCIe Gen3 x16",
+        _V100,
+        "Volta has no bf16, tf32 or fp8: ops in those dtypes get no compute floor",
+    ),
+    _row(
+        "v100s-pcie",
+        "NVIDIA V100S PCIe",
+        r"V100S",
+        {"fp64": 8.2, "fp32": 16.4, "fp16": 130},
+        1134,
+        PCIE3,
+        "PCIe Gen3 x16",
+        _V100,
+        "Volta has no bf16, tf32 or fp8",
+    ),
+    _row(
+        "v100-sxm2",
+        "NVIDIA V100 SXM2",
+        r"V100",
+        {"fp64": 7.8, "fp32": 15.7, "fp16": 125},
+        900,
+        PCIE3,
+        "PCIe Gen3 x16",
+        _V100,
+        "SXM2 column (DGX/DGXS V100 boards too); Volta has no bf16, tf32 or fp8",
     ),
     _row(
         "mi325x",

@@ -84,6 +84,9 @@ def kernel_calls(trace: Trace) -> KernelCalls:
     if trace.meta.source_format != "kineto" or not trace.meta.path:
         empty.why = "not a Kineto trace"
         return empty
+    if not any(d.startswith("Input Dims") for d in trace.details):
+        empty.why = "no Input Dims recorded"  # the loader keeps them as details: no need to read the file
+        return empty
     try:
         doc = orjson.loads(b"".join(Source(trace.meta.path).chunks()))
     except Exception as exc:

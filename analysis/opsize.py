@@ -496,20 +496,39 @@ def _itemsize_of(type_name: str) -> int:
     return DTYPES.get(type_name, (0, ""))[0]
 
 
+#: Tensor operands of elementwise ops that take other than two (``where(cond, a, b)``, ``addcmul(s, t1, t2)``);
+#: a tensor argument past an op's operands is its ``out=`` tensor: written, not read.
+TERNARY = frozenset(["where", "addcmul", "addcdiv", "lerp", "clamp", "threshold_backward", "hardtanh_backward"])
+BINARY = frozenset(
+    [
+        "add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "remainder", "pow", "maximum",
+        "minimum", "masked_fill", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "bitwise_and",
+        "bitwise_or", "mse_loss", "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+        "hardswish_backward", "softplus_backward", "elu_backward", "leaky_relu_backward",
+    ]
+)  # fmt: skip
+
+
 def size_elementwise(name: str, a: Args) -> OpSize | None:
-    """Elementwise: bytes = tensor inputs + output (broadcast shape; in-place: the first input written)."""
+    """Elementwise: bytes = tensor operands read + the output written (the operands' broadcast shape, at the
+    widest operand dtype, bool for comparisons); in-place (trailing ``_``): the first operand is the output;
+    an ``out=`` tensor past the operands is the output (written, not read)."""
     ts = a.tensors()
     if not ts:
         return None
     base = name.rstrip("_")
+    arity = 3 if base in TERNARY else 2 if base in BINARY else 1
+    operands, outs = ts[:arity], ts[arity:]
     if name.endswith("_"):
-        return OpSize(0.0, sum(a.nbytes(i) for i in ts) + a.nbytes(ts[0]), a.dtype(ts[0]), "bytes")
+        return OpSize(0.0, sum(a.nbytes(i) for i in operands) + a.nbytes(ts[0]), a.dtype(ts[0]), "bytes")
+    if outs:
+        return OpSize(0.0, sum(a.nbytes(i) for i in operands) + a.nbytes(outs[0]), a.dtype(ts[0]), "bytes")
     try:
-        shape = _broadcast(*(a.shape(i) or [] for i in ts))
+        shape = _broadcast(*(a.shape(i) or [] for i in operands))
     except ValueError:
         return None
-    item = 1 if base in _BOOL_OUT else max(a.itemsize(i) for i in ts)
-    return OpSize(0.0, sum(a.nbytes(i) for i in ts) + math.prod(shape) * item, a.dtype(ts[0]), "bytes")
+    item = 1 if base in _BOOL_OUT else max(a.itemsize(i) for i in operands)
+    return OpSize(0.0, sum(a.nbytes(i) for i in operands) + math.prod(shape) * item, a.dtype(ts[0]), "bytes")
 
 
 def size_reduction(name: str, a: Args) -> OpSize | None:

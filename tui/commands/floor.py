@@ -94,6 +94,15 @@ def render_text(trace: Trace, data: dict) -> str:
             "  time above the floor: "
             + ", ".join(f"{clean_text(e['name'])[:40]} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"])
         )
+    st = data.get("step")
+    if st:
+        ex = ", ".join(f"{clean_text(e['name'])[:28]} {fmt_ns(e['excess_ns'])}" for e in st["excess"])
+        lines.append(
+            f"step {clean_text(st['label'])} ×{st['count']} ({st['steady']} steady, {fmt_ns(st['median_ns'])} each): "
+            f"GPU ops {fmt_ns(st['median_time_ns'])} against a floor of {fmt_ns(st['median_floor_ns'])} per step "
+            f"(median; {_pct(st['efficiency'])} of the roof, {st['bound'] or '—'}-bound)"
+            + (f"; above the floor: {ex}" if ex else "")
+        )
     if data["phases"]:
         lines += [
             "",

@@ -1,0 +1,303 @@
+"""The hardware floor (issue 20): op sizes by the DESIGN conventions, the GPU table, floors on real traces.
+
+Expected FLOPs and bytes are worked out here from the shapes by hand (GEMM 2·M·N·K, attention
+4·B·H·Sq·Sk·D, ...), and trace-level numbers from the raw JSON events, never from gaplens's output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from gaplens.analysis.floor import floor_json, floor_lever, floors, op_rows
+from gaplens.analysis.gpuspecs import BUILTIN, SpecError, load_user_specs, match_spec
+from gaplens.analysis.opsize import has_formula, size_op
+from gaplens.loaders import load
+from gaplens.tui.cli import main
+from tests.conftest import public
+
+DATA = Path(__file__).parent / "data"
+BF, F32, F8 = "c10::BFloat16", "float", "c10::Float8_e4m3fn"
+
+
+# ---- op sizes -----------------------------------------------------------------------------------
+
+
+def test_gemm_family():
+    s = size_op("aten::mm", [[64, 2048], [2048, 4096]], [BF, BF], ["", ""])
+    assert s.flops == 2 * 64 * 4096 * 2048
+    assert s.bytes == 2 * (64 * 2048 + 2048 * 4096 + 64 * 4096)
+    assert (s.dtype, s.formula) == ("bf16", "gemm")
+    s = size_op("aten::addmm", [[4096], [64, 2048], [2048, 4096], [], []], [BF, BF, BF, "Scalar", "Scalar"])
+    assert s.flops == 2 * 64 * 4096 * 2048  # the bias add is not counted
+    assert s.bytes == 2 * (4096 + 64 * 2048 + 2048 * 4096 + 64 * 4096)
+    s = size_op("aten::bmm", [[8, 128, 64], [8, 64, 256]], [F32, F32])
+    assert s.flops == 2 * 8 * 128 * 256 * 64 and s.dtype == "fp32"
+    assert s.bytes == 4 * (8 * 128 * 64 + 8 * 64 * 256 + 8 * 128 * 256)
+    s = size_op("aten::baddbmm", [[8, 128, 256], [8, 128, 64], [8, 64, 256], [], []], [BF, BF, BF, "Scalar", "Scalar"])
+    assert s.flops == 2 * 8 * 128 * 256 * 64
+    s = size_op("aten::linear", [[2, 256, 1024], [3072, 1024], [3072]], [BF, BF, BF])
+    assert s.flops == 2 * 512 * 3072 * 1024
+    s = size_op("aten::matmul", [[4, 1, 128, 64], [16, 64, 32]], [BF, BF])  # batch dims broadcast to 4x16
+    assert s.flops == 2 * 64 * 128 * 32 * 64
+
+
+def test_scaled_mm_fp8_with_out_dtype():
+    dims = [[128, 4096], [4096, 8192], [], [], [], [], []]
+    types = [F8, F8, F32, F32, "", "", "Scalar"]
+    s = size_op("aten::_scaled_mm", dims, types, ["", "", "", "", "", "", "15"])  # 15 = bfloat16
+    assert s.flops == 2 * 128 * 8192 * 4096 and s.dtype == "fp8"
+    assert s.bytes == 128 * 4096 + 4096 * 8192 + 2 * 4 + 2 * 128 * 8192  # fp8 inputs, fp32 scales, bf16 output
+
+
+def test_attention_forward_backward_causal():
+    b, h, sq, sk, d = 2, 16, 256, 256, 64
+    dims = [[b, h, sq, d]] * 3 + [[]] * 10
+    types = [BF] * 3 + [""] * 10
+    conc = [""] * 13
+    conc[10] = "True"  # _cudnn_attention_forward's is_causal
+    s = size_op("aten::_cudnn_attention_forward", dims, types, conc)
+    assert s.flops == 4 * b * h * sq * sk * d / 2
+    assert s.bytes == 2 * 4 * b * h * sq * d  # q, k, v read, out written
+    conc[10] = "False"
+    assert size_op("aten::_cudnn_attention_forward", dims, types, conc).flops == 4 * b * h * sq * sk * d
+    # flash's own entry point: [B, S, H, D]; GQA: K/V with fewer heads; is_causal at 8
+    fdims = [[b, sq, h, d], [b, sk, 4, d], [b, sk, 4, d], [], [], [], [], [], []]
+    fconc = ["", "", "", "", "", "", "", "0.", "True"]
+    s = size_op("aten::_flash_attention_forward", fdims, [BF, BF, BF, *[""] * 6], fconc)
+    assert s.flops == 4 * b * h * sq * sk * d / 2
+    bdims = [[b, sq, h, d], [b, sq, h, d], [b, sk, h, d], [b, sk, h, d], [b, sq, h, d], [b, h, sq]] + [[]] * 6
+    bconc = [""] * 11 + ["False"]
+    s = size_op("aten::_flash_attention_backward", bdims, [BF] * 5 + [F32] + [""] * 6, bconc)
+    assert s.flops == 2.5 * 4 * b * h * sq * sk * d
+    # a recorded but unreadable causal flag: not sized, never guessed
+    conc[10] = "maybe"
+    assert size_op("aten::_cudnn_attention_forward", dims, types, conc) is None
+
+
+def test_conv_forward_and_backward():
+    # 3x3, stride 2, padding 1: 56 -> 28
+    dims = [[8, 64, 56, 56], [128, 64, 3, 3], [], [], [], [], []]
+    conc = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"]
+    s = size_op("aten::conv2d", dims, [BF, BF, "", "ScalarList", "ScalarList", "ScalarList", "Scalar"], conc)
+    assert s.flops == 2 * 8 * 128 * 28 * 28 * 64 * 9
+    assert s.bytes == 2 * (8 * 64 * 56 * 56 + 128 * 64 * 9 + 8 * 128 * 28 * 28)
+    bd = [[8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 3, 3], [], [], [], [], [], [], [], []]
+    bc = ["", "", "", "[128]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[True, True, False]"]
+    s = size_op("aten::convolution_backward", bd, [BF, BF, BF] + ["ScalarList"] * 8, bc)
+    assert s.flops == 2 * (2 * 8 * 128 * 28 * 28 * 64 * 9)  # grad input and grad weight
+    bc[-1] = "[False, True, False]"
+    assert size_op("aten::convolution_backward", bd, [BF, BF, BF] + ["ScalarList"] * 8, bc).flops == (
+        2 * 8 * 128 * 28 * 28 * 64 * 9
+    )
+
+
+def test_memory_bound_ops_bytes():
+    n = 4096 * 1024
+    s = size_op("aten::add", [[4096, 1024], [1024], []], [BF, BF, "Scalar"], ["", "", "1"])
+    assert (s.flops, s.bytes) == (0.0, 2 * (n + 1024 + n))  # broadcast output
+    s = size_op("aten::mul_", [[4096, 1024], [4096, 1024]], [F32, F32])
+    assert s.bytes == 4 * 3 * n  # both read, the first written
+    s = size_op("aten::mul", [[512, 64], [], [512, 64]], [F32, "double", F32])  # out= tensor: written only
+    assert s.bytes == 4 * 512 * 64 + 8 + 4 * 512 * 64
+    s = size_op("aten::gt", [[100, 10], [100, 10]], [F32, F32])
+    assert s.bytes == 4 * 2000 + 1000  # bool output
+    s = size_op("aten::sum", [[32, 1000], [], []], [F32, "ScalarList", "Scalar"], ["", "[1]", "False"])
+    assert s.bytes == 4 * (32 * 1000 + 32)
+    s = size_op("aten::argmax", [[2, 32000], [], []], [BF, "Scalar", "Scalar"], ["", "-1", "False"])
+    assert s.bytes == 2 * 2 * 32000 + 8 * 2
+    s = size_op("aten::native_layer_norm", [[2, 256, 1024], [], [1024], [1024], []],
+                [BF, "ScalarList", BF, BF, "Scalar"], ["", "[1024]", "", "", "1e-05"])  # fmt: skip
+    assert s.bytes == 2 * (2 * 512 * 1024 + 2 * 1024) + 2 * 512 * 4  # + mean and rstd (fp32 per row)
+    s = size_op(
+        "aten::embedding", [[32000, 1024], [2, 256], [], [], []], [BF, "long int", "Scalar", "Scalar", "Scalar"]
+    )
+    assert s.bytes == 8 * 512 + 2 * (512 * 1024 * 2)  # indices + gathered rows read + output written
+    s = size_op("aten::copy_", [[1024, 1024], [1024, 1024], []], [BF, F32, "Scalar"], ["", "", "False"])
+    assert s.bytes == 2 * 1024 * 1024 + 4 * 1024 * 1024
+    s = size_op("aten::_to_copy", [[1024, 1024], [], [], [], [], [], []], [F32, "Scalar"] + [""] * 5, ["", "15"])
+    assert s.bytes == 4 * 1024 * 1024 + 2 * 1024 * 1024
+
+
+def test_unknown_ops_are_unsized():
+    assert size_op("aten::nonzero", [[100]], [F32]) is None
+    assert size_op("my_lib::fused_thing", [[10, 10]], [BF]) is None
+    assert not has_formula("aten::nll_loss_forward")
+    assert size_op("aten::mm", [[64, 2048], [2048]], [BF, BF]) is None  # malformed: not a guess
+
+
+# ---- the GPU table ------------------------------------------------------------------------------
+
+H200 = {"numSms": 132, "totalGlobalMem": 150109880320}
+
+
+def test_table_covers_the_issue_list_with_sources():
+    keys = {s.key for s in BUILTIN}
+    for want in ("a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie",
+                 "h100-nvl", "h200-sxm", "h20", "b200", "gb200", "l4", "l40s", "mi250x-gcd", "mi300x", "mi325x"):  # fmt: skip
+        assert want in keys
+    for s in BUILTIN:
+        assert s.source and s.mem_bytes_per_s > 0 and s.link_bytes_per_s > 0
+        assert "bf16" in s.peak_flops or "fp16" in s.peak_flops
+
+
+def test_dense_peaks_are_half_the_sparse_sheet_figures():
+    by = {s.key: s for s in BUILTIN}
+    assert by["h100-sxm"].peak_flops["bf16"] == pytest.approx(1979e12 / 2, rel=1e-3)  # sheet: 1,979* (sparse)
+    assert by["h100-sxm"].peak_flops["fp8"] == pytest.approx(3958e12 / 2, rel=1e-3)
+    assert by["h200-sxm"].mem_bytes_per_s == 4.8e12
+    assert by["a100-sxm4-80gb"].peak_flops["tf32"] == 156e12  # sheet: 312* sparse
+    assert by["b200"].peak_flops["fp4"] == pytest.approx(18e15 / 2)  # HGX B200: 18 PF sparse per GPU
+    assert by["l40s"].peak_flops["fp8"] == pytest.approx(1466e12 / 2, rel=1e-3)
+    assert by["mi300x"].peak_flops["bf16"] == pytest.approx(1307.4e12)
+
+
+def test_match_by_name_and_properties():
+    assert match_spec("NVIDIA H200", H200).spec.key == "h200-sxm"
+    assert match_spec("NVIDIA H200 NVL", H200).spec.key == "h200-nvl"
+    assert match_spec("NVIDIA H100 80GB HBM3", {"numSms": 132}).spec.key == "h100-sxm"
+    assert match_spec("NVIDIA H100 PCIe", {"numSms": 114}).spec.key == "h100-pcie"
+    assert match_spec("NVIDIA A100-SXM4-40GB", {"totalGlobalMem": 42505273344}).spec.key == "a100-sxm4-40gb"
+    assert match_spec("NVIDIA A100-SXM4-80GB", {"totalGlobalMem": 85198045184}).spec.key == "a100-sxm4-80gb"
+    assert match_spec("NVIDIA A100 80GB PCIe", {"totalGlobalMem": 85198045184}).spec.key == "a100-pcie-80gb"
+    assert match_spec("AMD Instinct MI250X", {"numSms": 110}).spec.key == "mi250x-gcd"
+    m = match_spec("Mystery Accelerator 9000", {})
+    assert m.spec is None and "no row" in m.why
+
+
+def test_user_spec_file_overrides_and_adds(tmp_path):
+    f = tmp_path / "gpus.json"
+    f.write_text(json.dumps({"gpus": [
+        {"key": "h200-sxm", "name": "my H200", "match": "H200", "peak_tflops": {"bf16": 500}, "mem_gb_per_s": 4000,
+         "link_gb_per_s": 50, "source": "measured"},
+        {"name": "Mystery Accelerator 9000", "peak_tflops": {"bf16": 100}, "mem_gb_per_s": 1000},
+    ]}))  # fmt: skip
+    user = load_user_specs(f)
+    m = match_spec("NVIDIA H200", H200, user)
+    assert m.spec.user and m.spec.peak_flops["bf16"] == 500e12 and m.spec.mem_bytes_per_s == 4000e9
+    assert match_spec("Mystery Accelerator 9000", {}, user).spec.peak_flops["bf16"] == 100e12
+    f.write_text(json.dumps([{"name": "x", "peak_tflops": {"bf17": 1}, "mem_gb_per_s": 1}]))
+    with pytest.raises(SpecError):
+        load_user_specs(f)
+
+
+def test_default_spec_location(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gaplens").mkdir()
+    (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([{"name": "Z1", "mem_gb_per_s": 10}]))
+    assert [s.name for s in load_user_specs()] == ["Z1"]
+
+
+# ---- floors on a recorded trace -----------------------------------------------------------------
+
+
+def _raw(path: Path) -> list[dict]:
+    return json.load(gzip.open(path))["traceEvents"]
+
+
+def test_shapes_stack_flops_bytes_and_floor_from_the_raw_events():
+    """shapes_stack (H200, bf16): 48 mm of 64x2048 by 2048x2048. FLOPs and kernel time from the raw JSON;
+    the floor from the table's H200 row by hand."""
+    path = DATA / "shapes_stack.json.gz"
+    ev = _raw(path)
+    ext = {e["args"]["External id"]: e for e in ev if e.get("cat") == "cpu_op"}
+    mm_kernels = [e for e in ev if e.get("cat") == "kernel" and ext[e["args"]["External id"]]["name"] == "aten::mm"]
+    mm_ops = {e["args"]["External id"] for e in mm_kernels}
+    flops = sum(2 * math.prod(ext[i]["args"]["Input Dims"][0]) * ext[i]["args"]["Input Dims"][1][1] for i in mm_ops)
+    nbytes = 2 * sum(64 * 2048 + 2048 * 2048 + 64 * 2048 for _ in mm_ops)
+    kernel_ns = sum(e["dur"] * 1000 for e in mm_kernels)
+    trace = load(str(path))
+    (row,) = [r for r in op_rows(trace) if r["name"] == "aten::mm"]
+    assert row["count"] == len(mm_ops) == 48
+    assert row["flops"] == flops
+    assert row["bytes"] == nbytes
+    assert abs(row["time_ns"] - kernel_ns) <= len(mm_kernels)  # integer-ns rounding per kernel
+    compute, memory = flops / 989.5e12 * 1e9, nbytes / 4.8e12 * 1e9
+    assert row["bound"] == ("compute" if compute > memory else "memory") == "memory"
+    assert row["floor_ns"] == pytest.approx(max(compute, memory), abs=1)
+    assert row["efficiency"] == pytest.approx(max(compute, memory) / kernel_ns, rel=1e-3)
+
+
+def test_step_floor_within_cuda_event_step_time():
+    """Per step, the GPU ops' measured time fits in the CUDA-event step time of meta.json, and the floor is below."""
+    path = DATA / "shapes_stack.json.gz"
+    meta = json.loads((DATA / "shapes_stack.meta.json").read_text())
+    gpu_ms = {s["name"]: s["gpu_ms"] for s in meta["iterations"][0]["spans"]}
+    data = floor_json(load(str(path)))
+    (ph,) = [p for p in data["phases"] if p["name"].startswith("step")]
+    assert ph["instances"] == 3
+    assert ph["time_ns"] <= sum(gpu_ms.values()) * 1e6
+    assert 0 < ph["floor_ns"] < ph["time_ns"]
+
+
+def test_options_all_decode_gemv_lever_and_pageable_copy():
+    trace = load(str(DATA / "options_all.json.gz"))
+    data = floor_json(trace)
+    assert data["unsized_ns"] == 0
+    (mm,) = [r for r in data["ops"] if r["name"] == "aten::mm"]
+    assert mm["bound"] == "memory"  # decode: 2 rows per weight read
+    pageable = [c for c in data["copies"] if "Pageable" in c["name"]]
+    raw = [e for e in _raw(DATA / "options_all.json.gz") if e.get("name", "").startswith("Memcpy HtoD (Pageable")]
+    assert pageable[0]["bytes"] == sum(e["args"]["bytes"] for e in raw)
+    assert "pin it" in pageable[0]["note"]
+    st = trace  # the decode steps: the lever names a memory-bound GEMM family
+    from gaplens.analysis.steps import steps
+
+    s = steps(st)
+    t0, t1 = s.spans[s.steady[0]][0], s.spans[s.steady[-1]][1]
+    lever = floor_lever(trace, t0, t1)
+    assert lever is not None and lever.family == "aten::mm" and lever.bound == "memory"
+    assert "batch" in lever.lever and lever.excess_ns > 0
+
+
+def test_unknown_gpu_shows_flops_without_a_floor():
+    trace = load(str(DATA / "shapes_stack.json.gz"))
+    trace.meta.devices[0].name = "Mystery Accelerator 9000"
+    f = floors(trace)
+    assert f.matches[0].spec is None
+    data = floor_json(trace)
+    (mm,) = [r for r in data["ops"] if r["name"] == "aten::mm"]
+    assert mm["floor_ns"] is None and mm["efficiency"] is None
+    assert any("Mystery" in n and "without a floor" in n for n in data["notes"])
+
+
+def test_cli_json_contract_and_text(capsys):
+    assert main(["floor", str(DATA / "shapes_stack.json.gz"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"origin_ns", "gpu", "ops", "phases", "unsized_ns"}
+    assert set(data["gpu"]) >= {"device", "name", "spec", "peak_flops", "mem_bytes_per_s", "link_bytes_per_s"}
+    for r in data["ops"]:
+        assert set(r) >= {"name", "kernel", "dtype", "count", "time_ns", "flops", "bytes", "floor_ns", "bound",
+                          "efficiency"}  # fmt: skip
+    for p in data["phases"]:
+        assert set(p) >= {"name", "pid", "count", "time_ns", "flops", "bytes", "floor_ns", "bound"}
+    assert main(["floor", str(DATA / "shapes_stack.json.gz")]) == 0
+    out = capsys.readouterr().out
+    assert "NVIDIA H200" in out and "h200-sxm" in out and "aten::mm" in out
+
+
+def test_cli_says_what_to_record(capsys):
+    assert main(["floor", str(DATA / "gpu_only.json.gz")]) == 0
+    assert "record_shapes=True" in capsys.readouterr().out
+    assert main(["floor", str(DATA / "nsys_serving.sqlite.gz")]) == 0
+    assert "emit_nvtx(record_shapes=True)" in capsys.readouterr().out
+
+
+def test_cli_bad_spec_file_is_exit_2(tmp_path, capsys):
+    f = tmp_path / "gpus.json"
+    f.write_text("{not json")
+    assert main(["floor", str(DATA / "shapes_stack.json.gz"), "--gpu-spec", str(f)]) == 2
+    assert "GPU spec file" in capsys.readouterr().err
+
+
+def test_public_trace_with_shapes_a100():
+    """HTA's cuda_graph_launches (A100-SXM4-80GB, record_shapes): the row is found by name and memory, and every
+    sized elementwise call's bytes follow the inputs + output rule."""
+    trace = load(str(public("hta/cuda_graph_launches.json.gz")))
+    data = floor_json(trace)
+    assert data["gpu"]["spec"]["key"] == "a100-sxm4-80gb"
+    assert 0 < data["unsized_ns"] < data["total"]["time_ns"]  # communication and compiled regions stay unsized
