@@ -341,7 +341,7 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
     st = steps(trace)
     if not st or not st.steady:
         return None
-    parts = [window_sel(trace, *st.spans[k], st.pid, None, gpu_spec) for k in st.steady]
+    parts = [window_sel(trace, st.spans[k][0], st.spans[k][1], st.pid, None, gpu_spec) for k in st.steady]
     rows = [span_row(trace, sel, gpu_spec) for sel in parts]
     every = span_row(trace, np.unique(np.concatenate(parts)), gpu_spec)
     return {

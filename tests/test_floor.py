@@ -137,8 +137,8 @@ H200 = {"numSms": 132, "totalGlobalMem": 150109880320}
 
 def test_table_covers_the_issue_list_with_sources():
     keys = {s.key for s in BUILTIN}
-    for want in ("a100-sxm4-40gb", "a100-sxm4-80gb", "a100-pcie-40gb", "a100-pcie-80gb", "h100-sxm", "h100-pcie",
-                 "h100-nvl", "h200-sxm", "h20", "b200", "gb200", "l4", "l40s", "mi250x-gcd", "mi300x", "mi325x"):  # fmt: skip
+    wanted = "a100-sxm4-40gb a100-sxm4-80gb a100-pcie-40gb a100-pcie-80gb h100-sxm h100-pcie h100-nvl h200-sxm h20"
+    for want in [*wanted.split(), "b200", "gb200", "l4", "l40s", "mi250x-gcd", "mi300x", "mi325x"]:
         assert want in keys
     for s in BUILTIN:
         assert s.source and s.mem_bytes_per_s > 0 and s.link_bytes_per_s > 0
