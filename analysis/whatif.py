@@ -555,41 +555,37 @@ def _chunk(ctx: tuple, lo: np.ndarray, hi: np.ndarray) -> None:
 # ---- steps and the answer -------------------------------------------------------------------
 
 
-def _steps(trace: Trace) -> tuple[str, list[tuple[int, int]], list[str], list[int]]:
-    """(label, host spans, names, steady indices) from the step owner; empty when the trace has no step."""
-    try:
-        from gaplens.analysis.steps import steps
-    except ImportError:  # the step owner has not landed: ProfilerStep#N only
-        return _profiler_steps(trace)
+@dataclass
+class _StepSet:
+    label: str
+    pid: int | None
+    names: list[str]
+    host: list[tuple[int, int]]  # host ranges
+    spans: list[tuple[int, int]]  # the step owner's time: the range as CUDA events time it
+    steady: list[int]
+
+
+def _steps(trace: Trace) -> _StepSet:
+    """The step owner's steps (``analysis.steps``); empty when the trace has none."""
+    from gaplens.analysis.steps import steps
+
     st = steps(trace)
     if not st:
-        return "", [], [], []
-    return st.label, [(int(a), int(z)) for a, z in st.host_spans], list(st.names), [int(k) for k in st.steady]
+        return _StepSet("", None, [], [], [], [])
+    return _StepSet(
+        st.label,
+        st.pid,
+        list(st.names),
+        [(int(a), int(z)) for a, z in st.host_spans],
+        [(int(a), int(z)) for a, z in st.spans],
+        [int(k) for k in st.steady],
+    )
 
 
-def _profiler_steps(trace: Trace) -> tuple[str, list[tuple[int, int]], list[str], list[int]]:
-    import re
-
-    rx = re.compile(r"^ProfilerStep#\d+$")
-    ids = [i for i, nm in enumerate(trace.names) if rx.match(nm)]
-    if not ids:
-        return "", [], [], []
-    ev = np.flatnonzero(np.isin(trace.name_id, ids) & ~np.isin(trace.lane, [ln.id for ln in trace.lanes if ln.is_gpu]))
-    ev = ev[np.argsort(trace.start_ns[ev], kind="stable")]
-    spans = list(zip(trace.start_ns[ev].tolist(), trace.end_ns[ev].tolist(), strict=True))
-    names = [trace.name(int(i)) for i in ev]
-    if len(spans) < 3:
-        return "", [], [], []
-    dur = np.asarray([z - a for a, z in spans])
-    med = float(np.median(dur[1:]))
-    steady = [k for k in range(1, len(spans)) if dur[k] < 2 * med]
-    return "ProfilerStep", spans, names, steady
-
-
-def _step_threads(trace: Trace, b: _Base, spans: list[tuple[int, int]], names: list[str]) -> np.ndarray:
+def _step_threads(trace: Trace, b: _Base, st: _StepSet) -> np.ndarray:
     """The host thread each step range ran on (the busiest launching thread when not found)."""
-    out = np.full(len(spans), -1, np.int64)
-    want = {nm for nm in names}
+    out = np.full(len(st.host), -1, np.int64)
+    want = set(st.names)
     ids = [i for i, nm in enumerate(trace.names) if nm in want]
     if ids:
         ev = np.flatnonzero(np.isin(trace.name_id, ids) & (b.thread >= 0))
@@ -599,7 +595,7 @@ def _step_threads(trace: Trace, b: _Base, spans: list[tuple[int, int]], names: l
                 trace.start_ns[ev].tolist(), trace.end_ns[ev].tolist(), b.thread[ev].tolist(), strict=True
             )
         }
-        out[:] = [where.get(sp, -1) for sp in spans]
+        out[:] = [where.get(sp, -1) for sp in st.host]
     if (out < 0).any():
         launchers = b.thread[b.call[b.call >= 0]]
         launchers = launchers[launchers >= 0]
@@ -607,9 +603,39 @@ def _step_threads(trace: Trace, b: _Base, spans: list[tuple[int, int]], names: l
     return out
 
 
+def _marker_times(trace: Trace, rp: Replay, lane: int, t: np.ndarray, t_new: np.ndarray) -> tuple:
+    """M(t) and the predicted M'(t'): a marker enqueued at t runs after the work queued on ``lane`` before t.
+
+    The same ops count before and after the change (queued before t in the trace); their new ends
+    and the marker's new enqueue time t' give M'. As ``analysis.phases.MarkerClock``, by launch call start.
+    """
+    b = rp.base
+    if lane < 0:
+        return t, t_new
+    on = np.flatnonzero(trace.lane[b.g] == lane)
+    if on.size == 0:
+        return t, t_new
+    raw = trace.launch[b.g[on]]
+    queued = np.where(raw >= 0, trace.start_ns[np.maximum(raw, 0)], b.s[on])
+    o = np.argsort(queued, kind="stable")
+    q = queued[o]
+    reach_old = np.maximum.accumulate(b.e[on][o])
+    reach_new = np.maximum.accumulate(rp.enew[on][o])
+    k = np.searchsorted(q, t, "left")
+    last = np.maximum(k - 1, 0)
+    m_old = np.where(k > 0, np.maximum(t, reach_old[last]), t)
+    m_new = np.where(k > 0, np.maximum(t_new, reach_new[last]), t_new)
+    return m_old, m_new
+
+
 def whatif(trace: Trace, changes: list[Change]) -> dict:
-    """The ``whatif --json`` object (DESIGN.md § What-if and the gate)."""
+    """The ``whatif --json`` object (DESIGN.md § What-if and the gate).
+
+    Step times are the step owner's (``analysis.steps``: each step range as CUDA events recorded
+    at its start and end time it); each step also carries its host span, before and after.
+    """
     from gaplens.analysis.busy import gpu_window
+    from gaplens.analysis.phases import marker_clock
 
     rp, described = replay(trace, changes)
     b = rp.base
@@ -619,41 +645,65 @@ def whatif(trace: Trace, changes: list[Change]) -> dict:
         predicted_window = int(rp.enew.max()) - int(rp.snew.min())
     else:
         predicted_window = measured_window
-    label, spans, names, steady = _steps(trace)
-    per_step = []
-    m_med = p_med = None
-    if spans:
-        th = _step_threads(trace, b, spans, names)
-        s0 = np.asarray([a for a, _ in spans], np.int64)
-        s1 = np.asarray([z for _, z in spans], np.int64)
-        p0 = s0 + rp.host_shift(th, s0)
-        p1 = s1 + rp.host_shift(th, s1)
-        pred = np.maximum(p1 - p0, 0)
-        warm = set(range(len(spans))) - set(steady)
+    st = _steps(trace)
+    per_step: list[dict] = []
+    med: dict[str, int | None] = {"m": None, "p": None, "mh": None, "ph": None}
+    if st.host:
+        th = _step_threads(trace, b, st)
+        h0 = np.asarray([a for a, _ in st.host], np.int64)
+        h1 = np.asarray([z for _, z in st.host], np.int64)
+        n0 = h0 + rp.host_shift(th, h0)
+        n1 = h1 + rp.host_shift(th, h1)
+        clock = marker_clock(trace)
+        m_old = np.zeros((2, h0.size), np.int64)
+        m_new = np.zeros((2, h0.size), np.int64)
+        for k in range(h0.size):  # per step (tens to thousands): a stream choice each
+            lane = clock.stream_for(st.pid, int(h0[k]), int(h1[k]))[0] if st.pid is not None else -1
+            mo, mn = _marker_times(trace, rp, lane, np.asarray([h0[k], h1[k]]), np.asarray([n0[k], n1[k]]))
+            m_old[:, k], m_new[:, k] = mo, mn
+        measured = np.asarray([z - a for a, z in st.spans], np.int64)
+        # the change moves the marker times; the owner's measured span stays the reference
+        predicted = np.maximum(measured + (m_new[1] - m_old[1]) - (m_new[0] - m_old[0]), 0)
+        host_pred = np.maximum(n1 - n0, 0)
+        warm = set(range(len(st.host))) - set(st.steady)
         per_step = [
-            {"name": nm, "measured_ns": int(z - a), "predicted_ns": int(p), "warmup": k in warm}
-            for k, (nm, (a, z), p) in enumerate(zip(names, spans, pred.tolist(), strict=True))
+            {
+                "name": nm,
+                "measured_ns": int(m),
+                "predicted_ns": int(p),
+                "measured_host_ns": int(z - a),
+                "predicted_host_ns": int(hp),
+                "warmup": k in warm,
+            }
+            for k, (nm, m, p, (a, z), hp) in enumerate(
+                zip(st.names, measured.tolist(), predicted.tolist(), st.host, host_pred.tolist(), strict=True)
+            )
         ]
-        use = steady or list(range(len(spans)))
-        m_med = int(np.median((s1 - s0)[use]))
-        p_med = int(np.median(pred[use]))
-    out = {
+        use = st.steady or list(range(len(st.host)))
+        med = {
+            "m": int(np.median(measured[use])),
+            "p": int(np.median(predicted[use])),
+            "mh": int(np.median((h1 - h0)[use])),
+            "ph": int(np.median(host_pred[use])),
+        }
+    return {
         "origin_ns": int(trace.meta.origin_ns),
         "changes": described,
         "window_ns": {"measured": int(measured_window), "predicted": int(predicted_window)},
         "steps": {
-            "label": label,
-            "count": len(spans),
-            "measured_median_ns": m_med,
-            "predicted_median_ns": p_med,
+            "label": st.label,
+            "count": len(st.host),
+            "measured_median_ns": med["m"],
+            "predicted_median_ns": med["p"],
+            "measured_host_median_ns": med["mh"],
+            "predicted_host_median_ns": med["ph"],
         },
         "per_step": per_step,
-        "notes": _notes(trace, rp, described, measured_window, predicted_window, m_med, p_med, label),
+        "notes": _notes(rp, described, measured_window, predicted_window, med["m"], med["p"], st.label),
     }
-    return out
 
 
-def _notes(trace, rp, described, mw, pw, m_med, p_med, label) -> list[str]:
+def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
     from gaplens.analysis.units import fmt_ns
 
     notes = list(rp.notes)
