@@ -6,8 +6,10 @@ Never a per-stream sum: two overlapping streams are busy once, not twice.
     stream 13    ██████          ██
     busy       ██████████████    ██    <- union
 
-Busy splits into compute and communication (``analysis.comm``); ``busy_share`` is the one
-place that turns these into the numbers every screen and command prints.
+Busy splits into three classes (DESIGN.md § Three classes of GPU work): communication
+(``analysis.comm``), copies (memcpy and memset, ``COPY_KINDS``) and compute (every other kernel,
+CUDA-graph boxes included). ``busy_share`` is the one place that turns these into the numbers every
+screen and command prints; ``bound_by`` says which class a stretch of time was spent in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
-from gaplens.loaders.model import GPU_WORK_KINDS, Kind, Trace
+from gaplens.loaders.model import GPU_WORK_KINDS, MEMCPY_KINDS, Kind, Trace
+
+#: GPU work that moves or fills memory: the copy class.
+COPY_KINDS = (*MEMCPY_KINDS, Kind.MEMSET)
 
 
 def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,11 +103,25 @@ def gpu_window(trace: Trace, device: int | None = None) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Split:
-    """One device's busy time as three unions: all GPU work, compute only, communication only."""
+    """One device's busy time as unions: all GPU work, and each of the three classes."""
 
     busy: BusySpans
     compute: BusySpans
     comm: BusySpans
+    copy: BusySpans
+    compute_or_comm: BusySpans  # for exposed communication: comm not overlapped by compute
+
+
+def copy_mask(trace: Trace) -> np.ndarray:
+    """Per event: True for copies and memsets (the copy class)."""
+    return trace.mask(COPY_KINDS)
+
+
+def compute_mask(trace: Trace) -> np.ndarray:
+    """Per event: True for compute, GPU work that is neither communication nor a copy."""
+    from gaplens.analysis.comm import comm_mask
+
+    return trace.mask(GPU_WORK_KINDS) & ~comm_mask(trace) & ~copy_mask(trace)
 
 
 @per_trace
@@ -111,17 +130,22 @@ def device_splits(trace: Trace) -> dict[int, Split]:
     from gaplens.analysis.comm import comm_mask
 
     comm = comm_mask(trace)
+    copies = copy_mask(trace)
     dev = trace.device_of_event()
     work = trace.mask(GPU_WORK_KINDS)
     out = {}
     for d in trace.meta.devices:
         on = work & (dev == d.id)
         c = on & comm
-        k = on & ~comm
+        y = on & copies & ~comm
+        k = on & ~comm & ~copies
+        kc = k | c
         out[d.id] = Split(
             BusySpans(trace.start_ns[on], trace.end_ns[on]),
             BusySpans(trace.start_ns[k], trace.end_ns[k]),
             BusySpans(trace.start_ns[c], trace.end_ns[c]),
+            BusySpans(trace.start_ns[y], trace.end_ns[y]),
+            BusySpans(trace.start_ns[kc], trace.end_ns[kc]),
         )
     return out
 
@@ -134,7 +158,7 @@ def compute_busy(trace: Trace, device: int) -> BusySpans:
 
 @dataclass(frozen=True)
 class DeviceShare:
-    """What one device did over its window: busy, compute, communication, exposed communication."""
+    """What one device did over its window: busy, compute, communication, exposed communication, copies."""
 
     id: int
     name: str
@@ -143,6 +167,7 @@ class DeviceShare:
     compute_ns: int
     comm_ns: int
     exposed_comm_ns: int
+    copy_ns: int = 0
 
     @property
     def span_ns(self) -> int:
@@ -185,6 +210,10 @@ class BusyShare:
         return sum(d.exposed_comm_ns for d in self.devices)
 
     @property
+    def copy_ns(self) -> int:
+        return sum(d.copy_ns for d in self.devices)
+
+    @property
     def device_ns(self) -> int:
         """The summed device windows: the denominator of every overall share."""
         return sum(d.span_ns for d in self.devices)
@@ -214,6 +243,7 @@ class BusyShare:
             "compute_pct": self.compute_pct,
             "comm_ns": self.comm_ns,
             "exposed_comm_ns": self.exposed_comm_ns,
+            "copy_ns": self.copy_ns,
             "profiler_ns": self.profiler_ns,
             "profiler_pct": self.profiler_pct,
         }
@@ -226,7 +256,7 @@ def pct(part: int, whole: int) -> float:
 
 @per_trace
 def busy_share(trace: Trace) -> BusyShare:
-    """Busy, compute, communication and exposed communication per device over each device's window."""
+    """Busy, compute, communication, exposed communication and copies per device over each device's window."""
     splits = device_splits(trace)
     devices = []
     for d in trace.meta.devices:
@@ -234,7 +264,12 @@ def busy_share(trace: Trace) -> BusyShare:
         w0, w1 = gpu_window(trace, d.id)
         busy = sp.busy.busy_in(w0, w1)
         compute = sp.compute.busy_in(w0, w1)
-        devices.append(DeviceShare(d.id, d.name, (w0, w1), busy, compute, sp.comm.busy_in(w0, w1), busy - compute))
+        exposed = sp.compute_or_comm.busy_in(w0, w1) - compute
+        devices.append(
+            DeviceShare(
+                d.id, d.name, (w0, w1), busy, compute, sp.comm.busy_in(w0, w1), exposed, sp.copy.busy_in(w0, w1)
+            )
+        )
     w0, w1 = gpu_window(trace)
     return BusyShare(devices, (w0, w1), profiler_time(trace, w0, w1))
 
@@ -250,3 +285,146 @@ def overhead_spans(trace: Trace) -> BusySpans:
     """The union of the profiler's overhead rows (Kineto ``overhead``, nsys ``PROFILER_OVERHEAD``)."""
     m = trace.kind == int(Kind.OVERHEAD)
     return BusySpans(trace.start_ns[m], trace.end_ns[m])
+
+
+#: A device busy less than this share of the asked time was mostly waiting: no class bounds it.
+BOUND_BUSY_SHARE = 0.5
+
+_COPY_DIRECTION = {
+    int(Kind.MEMCPY_HTOD): "HtoD",
+    int(Kind.MEMCPY_DTOH): "DtoH",
+    int(Kind.MEMCPY_DTOD): "DtoD",
+    int(Kind.MEMCPY_PEER): "peer",
+    int(Kind.MEMCPY_OTHER): "copy",
+    int(Kind.MEMSET): "memset",
+}
+
+
+def copy_label(trace: Trace, i: int) -> str:
+    """Direction and memory kind of copy ``i``: ``HtoD pageable``, ``DtoH pinned``, ``DtoD``, ``peer``, ``memset``.
+
+    The memory kind comes from the name both loaders give copies (``Memcpy HtoD (Pageable -> Device)``);
+    where the trace does not say (``Host -> Device`` on ROCm), only the direction is named.
+    """
+    base = _COPY_DIRECTION.get(int(trace.kind[i]), "copy")
+    if base not in ("HtoD", "DtoH"):
+        return base
+    name = trace.name(i).lower()
+    for kind in ("pageable", "pinned", "managed"):
+        if kind in name:
+            return f"{base} {kind}"
+    return base
+
+
+def is_host_copy(label: str) -> bool:
+    """True when a copy label crosses the host link (HtoD/DtoH), not device-local or peer traffic."""
+    return label.startswith(("HtoD", "DtoH"))
+
+
+def copy_breakdown(trace: Trace, t0: int, t1: int, device: int | None = None) -> dict[str, int]:
+    """Copy time inside [t0, t1) by direction and memory kind (per-event time, clipped; largest first)."""
+    m = copy_mask(trace) & (trace.start_ns < t1) & (trace.end_ns > t0)
+    if device is not None:
+        m &= trace.device_of_event() == device
+    idx = np.flatnonzero(m)
+    out: dict[str, int] = {}
+    dur = np.minimum(trace.end_ns[idx], t1) - np.maximum(trace.start_ns[idx], t0)
+    for i, d in zip(idx.tolist(), dur.tolist(), strict=True):
+        label = copy_label(trace, i)
+        out[label] = out.get(label, 0) + int(d)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Which class of GPU work a stretch of time was spent in (DESIGN.md § Three classes of GPU work).
+
+    ``verdict``: ``compute`` (the device computes and paces the work), ``copy`` (copies not hidden under
+    compute fill most of the busy time: copy-bound), ``comm`` (communication not hidden under compute or
+    copies: waiting for peers), ``waiting`` (busy less than ``BOUND_BUSY_SHARE`` of the asked time),
+    ``none`` (nothing was asked).
+    """
+
+    verdict: str
+    asked_ns: int  # the span summed over devices, less the idle time (nothing asked)
+    busy_ns: int
+    compute_ns: int
+    copy_only_ns: int  # copies not overlapped by compute
+    comm_only_ns: int  # communication not overlapped by compute or copies
+    copies: dict[str, int]  # copy time by direction and memory kind
+
+    def pct(self, part: int) -> float:
+        return pct(part, self.asked_ns)
+
+    @property
+    def words(self) -> str:
+        """One line: ``copy-bound: 90% of the asked time in copies not hidden by compute (HtoD pageable 84 ms)``."""
+        from gaplens.analysis.units import fmt_ns
+
+        if self.verdict == "none":
+            return "nothing was asked of the device"
+        if self.verdict == "waiting":
+            return f"mostly waiting: busy {self.pct(self.busy_ns):.0f}% of the time work was asked"
+        if self.verdict == "copy":
+            kinds = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(self.copies.items())[:3])
+            return (
+                f"copy-bound: {self.pct(self.copy_only_ns):.0f}% of the time work was asked went to copies not "
+                f"hidden by compute ({kinds}); compute {self.pct(self.compute_ns):.0f}%"
+            )
+        if self.verdict == "comm":
+            return (
+                f"communication-bound: {self.pct(self.comm_only_ns):.0f}% of the time work was asked the device only "
+                f"communicated (waiting for peers counts as waiting); compute {self.pct(self.compute_ns):.0f}%"
+            )
+        return f"compute-bound: {self.pct(self.compute_ns):.0f}% of the time work was asked the device computed"
+
+
+def bound_by(
+    trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, exclude_idle: bool = True
+) -> Bound:
+    """Is a step or window compute-, copy- or communication-bound, or mostly waiting?
+
+    Over ``window`` (default: each device's GPU window) on ``device`` (default: all, summed), less the
+    idle time (nothing asked) when ``exclude_idle``. When the device was busy at least
+    ``BOUND_BUSY_SHARE`` of that time, the verdict is the class with the most exclusive time: compute,
+    then copies not under compute, then communication under neither. Density and pacing verdicts use this.
+    """
+    from gaplens.analysis.regions import regions
+
+    splits = device_splits(trace)
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
+    asked = busy = compute = copy_only = comm_only = 0
+    copies: dict[str, int] = {}
+    for dev in devices:
+        sp = splits.get(dev)
+        if sp is None:
+            continue
+        w0, w1 = window if window is not None else gpu_window(trace, dev)
+        if w1 <= w0:
+            continue
+        span = w1 - w0
+        if exclude_idle:
+            reg = regions(trace, dev, (w0, w1))
+            span -= int((reg.end_ns[reg.idle] - reg.start_ns[reg.idle]).sum())
+        asked += max(span, 0)
+        b = sp.busy.busy_in(w0, w1)
+        k = sp.compute.busy_in(w0, w1)
+        with_copy = BusySpans(*_cat(sp.compute, sp.copy)).busy_in(w0, w1)
+        busy += b
+        compute += k
+        copy_only += with_copy - k
+        comm_only += b - with_copy
+        for label, ns in copy_breakdown(trace, w0, w1, dev).items():
+            copies[label] = copies.get(label, 0) + ns
+    copies = dict(sorted(copies.items(), key=lambda kv: -kv[1]))
+    if asked <= 0:
+        verdict = "none"
+    elif busy < BOUND_BUSY_SHARE * asked:
+        verdict = "waiting"
+    else:
+        verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]
+    return Bound(verdict, asked, busy, compute, copy_only, comm_only, copies)
+
+
+def _cat(a: BusySpans, b: BusySpans) -> tuple[np.ndarray, np.ndarray]:
+    return np.concatenate((a.start, b.start)), np.concatenate((a.end, b.end))

@@ -18,9 +18,12 @@ from gaplens.loaders.model import Kind, Trace
 class Call(IntEnum):
     """What a CUDA API call does to the host, ordered so that a larger value wins when calls or ops nest.
 
-    ``api_class`` stores these as int8, with 0 for events that are not API calls.
+    ``api_class`` stores these as int8, with 0 for events that are not API calls. ``HOST`` calls
+    (memory management, module loading) are host work: they queue nothing, so they are not launch
+    overhead (DESIGN.md § Gap cause).
     """
 
+    HOST = 0
     LAUNCH = 1
     COPY = 2
     SYNC = 3
@@ -28,8 +31,18 @@ class Call(IntEnum):
 
 # Blocking: the host cannot return before the device has finished earlier work.
 _SYNC = re.compile(r"Synchronize|cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize", re.IGNORECASE)
-# Host<->device copies (cudaMemcpy*, cuMemcpy*, hipMemcpy*); memset is a launch, not a copy.
+# Copies (cudaMemcpy*, cuMemcpy*, hipMemcpy*); memset is a launch, not a copy.
 _COPY = re.compile(r"memcpy", re.IGNORECASE)
+# Memory management and module loading: host work that queues nothing on a stream (cudaMalloc, cudaFree,
+# cudaHostAlloc, cudaMallocAsync, cuMemAlloc_v2, cuMemCreate/Map, hipMalloc, hipHostFree, cuModuleLoadData,
+# cuLibraryLoadData, cudaHostRegister). Memset is not among them: it queues work.
+_HOST = re.compile(
+    r"^(?:cuda|cu|hip)(?:Mem)?(?:Malloc|Free|Alloc|HostAlloc|HostRegister|HostUnregister|HostGetDevicePointer"
+    r"|AddressReserve|AddressFree|Create|Release|Map|Unmap|SetAccess|PoolCreate|PoolDestroy|PoolTrimTo|GetInfo"
+    r"|RetainAllocationHandle)"
+    r"|^(?:cu|hip)(?:Module|Library)(?:Load|Unload|GetFunction|GetKernel)",
+    re.IGNORECASE,
+)
 
 
 def call_class_of_name(name: str) -> Call:
@@ -37,6 +50,8 @@ def call_class_of_name(name: str) -> Call:
         return Call.SYNC
     if _COPY.search(name):
         return Call.COPY
+    if _HOST.search(name):
+        return Call.HOST
     return Call.LAUNCH
 
 

@@ -21,11 +21,20 @@ Per class the covered time is a union with prefix sums, so all gaps split at onc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, device_splits, overhead_spans
+from gaplens.analysis.busy import (
+    BusySpans,
+    compute_mask,
+    copy_label,
+    copy_mask,
+    device_splits,
+    is_host_copy,
+    overhead_spans,
+)
 from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
 from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.gaps import CAUSES, Gap
@@ -35,13 +44,25 @@ from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: A CPU op that issues GPU work and runs longer than this is host work, not dispatch overhead.
 DISPATCH_MAX_NS = 100_000
+#: A first launch of a kernel longer than this loaded its module (launches take microseconds, lazy
+#: module loading milliseconds): warm-up host work, not launch overhead.
+WARMUP_LAUNCH_NS = 1_000_000
 THREAD_CLASSES = ("sync", "copy", "launch", "host")
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
-QUEUED_HINT = (
-    "the next GPU op was queued before the gap began: the device waited on a dependency the trace "
-    "does not record (an event or stream wait, a graph node, another process), not on this thread"
+DEPENDENCY_HINT = (
+    "the next GPU op was queued before the gap began, so the host was not late: the device waited on a "
+    "dependency (stream order, another stream's or device's work, another process) that the trace does not record"
 )
+DEPENDENCY_WAIT_HINT = (
+    "the next GPU op was queued before the gap began and waited on an event recorded on another stream "
+    "(cudaStreamWaitEvent): the device waited on that stream's work, not on the host"
+)
+DEPENDENCY_GRAPH_HINT = (
+    "the next GPU op belongs to a graph launched before the gap began: the device waited on a graph edge "
+    "(a node's dependencies), not on the host"
+)
+COPY_CALL_HINT = "the launching thread sat in copy calls (cudaMemcpy*) while the device ran no compute"
 IDLE_HINT = "nothing was asked of the device here (outside every phase, or no host work in flight)"
 PROFILER_HINT = "the profiler's own work (buffer flushes, initialisation) covers most of this region: an artefact"
 COMM_HINT = (
@@ -78,8 +99,23 @@ def _busy_between(spans: BusySpans, s: np.ndarray, e: np.ndarray) -> np.ndarray:
 
 @per_trace
 def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
-    """ThreadTime per (pid, tid) that made CUDA calls (cached while the trace lives)."""
+    """ThreadTime per (pid, tid) that made CUDA calls (cached while the trace lives).
+
+    Per class, the intervals of the thread at that class or stronger:
+
+    - sync: synchronising calls; a CPU op that makes one (``.item()``); the part of a blocking copy
+      call before its copy started on the device (the host waited for earlier device work, e.g.
+      ``hipMemcpyWithStream`` behind a ``hipStreamWaitEvent``);
+    - copy: only time inside copy calls (never a CPU op that issued one: ``record_param_comms``
+      issuing a DtoD copy is not copying): a blocking call from its copy's start, an asynchronous
+      host<->device copy call whole; an asynchronous device-local (DtoD, peer) copy call is a launch;
+    - launch: launch calls, except memory management (``Call.HOST``) and the first launch of a
+      kernel that ran longer than ``WARMUP_LAUNCH_NS`` (it loaded the module: warm-up host work);
+      a short CPU op that makes any call that queues work (dispatch overhead).
+    """
     cls = api_class(trace)
+    copy_op = _copy_op_of_calls(trace, cls)
+    warm = _warmup_launches(trace, cls)
     by_thread: dict[tuple[int, int], dict[LaneKind, int]] = {}
     for ln in trace.lanes:
         if ln.kind in (LaneKind.CUDA_API, LaneKind.CPU_OPS):
@@ -88,39 +124,113 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
     for key, lanes in by_thread.items():
         if LaneKind.CUDA_API not in lanes:
             continue
-        api = trace.lane_events(lanes[LaneKind.CUDA_API])
+        sl = trace.lane_events(lanes[LaneKind.CUDA_API])
+        api = np.arange(sl.start, sl.stop)
         a_s, a_e, a_c = trace.start_ns[api], trace.end_ns[api], cls[api]
         ops = trace.lane_events(lanes[LaneKind.CPU_OPS]) if LaneKind.CPU_OPS in lanes else slice(0, 0)
         is_op = trace.kind[ops] == int(Kind.CPU_OP)
         o_s, o_e = trace.start_ns[ops][is_op], trace.end_ns[ops][is_op]
-        # Calls of each class or stronger that start inside each op: prefix counts over the calls
-        # in start order, found with one pair of binary searches for all three levels.
+        # Calls of a class or stronger that start inside each op: prefix counts over the calls in
+        # start order, found with one pair of binary searches.
         order = np.argsort(a_s, kind="stable")
         starts, classes = a_s[order], a_c[order]
         lo, hi = np.searchsorted(starts, o_s, "left"), np.searchsorted(starts, o_e, "right")
-        short = (o_e - o_s) <= DISPATCH_MAX_NS
-        levels = {}
-        for lv in (Call.LAUNCH, Call.COPY, Call.SYNC):
-            m = a_c >= lv
+
+        def inside(lv: Call, lo: np.ndarray = lo, hi: np.ndarray = hi, classes: np.ndarray = classes) -> np.ndarray:
             before = np.concatenate(([0], np.cumsum(classes >= lv)))
-            # A CPU op takes the strongest class of the calls it makes; for launches only while
-            # it is short enough to be dispatch overhead.
-            inside = before[hi] > before[lo]
-            if lv == Call.LAUNCH:
-                inside &= short
-            levels[lv] = BusySpans(np.concatenate((a_s[m], o_s[inside])), np.concatenate((a_e[m], o_e[inside])))
+            return before[hi] > before[lo]
+
+        short = (o_e - o_s) <= DISPATCH_MAX_NS
+        sync_s, sync_e = (
+            [a_s[a_c == Call.SYNC], o_s[inside(Call.SYNC)]],
+            [a_e[a_c == Call.SYNC], o_e[inside(Call.SYNC)]],
+        )
+        copy_s: list[np.ndarray] = []
+        copy_e: list[np.ndarray] = []
+        launch_s: list[np.ndarray] = []
+        launch_e: list[np.ndarray] = []
+        cc = np.flatnonzero(a_c == Call.COPY)
+        if cc.size:
+            op = copy_op(api[cc])
+            has = op >= 0
+            op0 = np.maximum(op, 0)
+            c_s, c_e = a_s[cc], a_e[cc]
+            k_s, k_e = trace.start_ns[op0], trace.end_ns[op0]
+            blocking = has & (k_e > c_s) & (k_e <= c_e)
+            split_at = np.clip(k_s, c_s, c_e)
+            sync_s.append(c_s[blocking])
+            sync_e.append(split_at[blocking])
+            host_link = np.isin(trace.kind[op0], (int(Kind.MEMCPY_HTOD), int(Kind.MEMCPY_DTOH), int(Kind.MEMCPY_OTHER)))
+            whole = ~has | (~blocking & host_link)
+            copy_s += [split_at[blocking], c_s[whole]]
+            copy_e += [c_e[blocking], c_e[whole]]
+            as_launch = has & ~blocking & ~host_link
+            launch_s.append(c_s[as_launch])
+            launch_e.append(c_e[as_launch])
+        lm = (a_c == Call.LAUNCH) & ~warm(api)
+        launch_s += [a_s[lm], o_s[inside(Call.LAUNCH) & short]]
+        launch_e += [a_e[lm], o_e[inside(Call.LAUNCH) & short]]
+        levels = {}
+        acc_s: list[np.ndarray] = []
+        acc_e: list[np.ndarray] = []
+        for lv, add_s, add_e in (
+            (Call.SYNC, sync_s, sync_e),
+            (Call.COPY, copy_s, copy_e),
+            (Call.LAUNCH, launch_s, launch_e),
+        ):
+            acc_s += add_s
+            acc_e += add_e
+            levels[lv] = BusySpans(_cat(acc_s), _cat(acc_e))
         out[key] = ThreadTime(key[0], key[1], levels)
     return out
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.empty(0, np.int64)
+
+
+def _copy_op_of_calls(trace: Trace, cls: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A lookup: for copy calls, the copy (or memset) op each one queued (-1 when none was recorded)."""
+    ops = np.flatnonzero(copy_mask(trace) & (trace.launch >= 0))
+    ops = ops[cls[trace.launch[ops]] == Call.COPY]
+    calls = trace.launch[ops]
+    order = np.argsort(calls, kind="stable")
+    calls, ops = calls[order], ops[order]
+
+    def lookup(call: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(calls, call, "left")
+        kk = np.minimum(k, max(calls.size - 1, 0))
+        ok = (k < calls.size) & (calls[kk] == call) if calls.size else np.zeros(call.size, bool)
+        return np.where(ok, ops[kk] if calls.size else -1, -1)
+
+    return lookup
+
+
+def _warmup_launches(trace: Trace, cls: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A predicate over API calls: the first launch of a kernel, longer than ``WARMUP_LAUNCH_NS`` (module load)."""
+    k = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & (trace.launch >= 0))
+    calls = trace.launch[k]
+    long = (trace.end_ns[calls] - trace.start_ns[calls]) > WARMUP_LAUNCH_NS
+    warm = np.empty(0, np.int64)
+    if long.any():
+        # The earliest-launched op of each kernel name: its call is the first launch of that kernel.
+        order = np.lexsort((trace.start_ns[calls], trace.name_id[k]))
+        first = np.ones(order.size, bool)
+        first[1:] = trace.name_id[k][order][1:] != trace.name_id[k][order][:-1]
+        firsts = order[first]
+        warm = np.unique(calls[firsts][long[firsts]])
+
+    def is_warm(call: np.ndarray) -> np.ndarray:
+        return np.isin(call, warm) if warm.size else np.zeros(np.asarray(call).size, bool)
+
+    return is_warm
 
 
 def next_compute_ops(trace: Trace, devices: np.ndarray, gap_end: np.ndarray) -> np.ndarray:
     """For each gap end, the compute op of that device starting first at or after it (-1 if none)."""
     out = np.full(gap_end.size, -1, dtype=np.int64)
-    comm = comm_mask(trace)
     dev_of = trace.device_of_event()
-    from gaplens.loaders.model import GPU_WORK_KINDS
-
-    work = trace.mask(GPU_WORK_KINDS) & ~comm
+    work = compute_mask(trace)
     for dev in np.unique(devices).tolist():
         ops = np.flatnonzero(work & (dev_of == dev))
         m = devices == dev
@@ -155,31 +265,42 @@ def split_gaps(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarr
 
 
 def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message."""
+    """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message.
+
+    What the device shows first: communication, then copies, then the profiler's own rows. The rest:
+    ``dependency`` when the op that ends the gap was launched (its call ended) before the gap began, the
+    host was not late; otherwise the launching thread's split into sync, copy, launch and host.
+    """
     starts, ends, devs = reg.start_ns, reg.end_ns, reg.device
     n = starts.size
     dur = np.maximum(ends - starts, 1).astype(np.float64)
     out = np.zeros((n, len(CAUSES)))
     col = {c: k for k, c in enumerate(CAUSES)}
-    # What the device shows: communication first, then the profiler's own work.
+    # What the device shows: communication first, then copies, then the profiler's own work.
     comm_ns = np.zeros(n)
+    comm_copy_ns = np.zeros(n)
     either_ns = np.zeros(n)
     prof = overhead_spans(trace)
     splits = device_splits(trace)
     for dev in np.unique(devs).tolist():
         m = devs == dev
-        comm = splits[dev].comm
-        comm_ns[m] = _busy_between(comm, starts[m], ends[m])
-        both = BusySpans(np.concatenate((comm.start, prof.start)), np.concatenate((comm.end, prof.end)))
+        sp = splits[dev]
+        comm_ns[m] = _busy_between(sp.comm, starts[m], ends[m])
+        cc = BusySpans(np.concatenate((sp.comm.start, sp.copy.start)), np.concatenate((sp.comm.end, sp.copy.end)))
+        comm_copy_ns[m] = _busy_between(cc, starts[m], ends[m])
+        both = BusySpans(np.concatenate((cc.start, prof.start)), np.concatenate((cc.end, prof.end)))
         either_ns[m] = _busy_between(both, starts[m], ends[m])
     out[:, col["comm"]] = comm_ns / dur
-    out[:, col["profiler"]] = (either_ns - comm_ns) / dur
+    out[:, col["copy"]] = (comm_copy_ns - comm_ns) / dur
+    out[:, col["profiler"]] = (either_ns - comm_copy_ns) / dur
     rest = np.clip(1.0 - either_ns / dur, 0.0, 1.0)
     split, known = split_gaps(trace, starts, ends, nxt)
+    queued = known & queued_before(trace, nxt, starts)
     frac = split / dur[:, None]
     total = np.maximum(frac.sum(axis=1), 1e-12)
     for k, c in enumerate(THREAD_CLASSES):
-        out[:, col[c]] = np.where(known, rest * frac[:, k] / total, 0.0)
+        out[:, col[c]] += np.where(known & ~queued, rest * frac[:, k] / total, 0.0)
+    out[:, col["dependency"]] = np.where(queued, rest, 0.0)
     out[:, col["unknown"]] = np.where(known, 0.0, rest)
     out[reg.idle] = 0.0
     out[reg.idle, col["idle"]] = 1.0
@@ -188,18 +309,33 @@ def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, n
     return cause, out, _messages(trace, reg, nxt, cause, known)
 
 
+def queued_before(trace: Trace, nxt: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per gap: the op that ends it had been launched (its launch call ended) at or before the gap began."""
+    a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
+    return (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= starts)
+
+
 def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, known: np.ndarray) -> list[str]:
     messages = [""] * len(reg)
     col = {c: k for k, c in enumerate(CAUSES)}
     for c, hint in (("idle", IDLE_HINT), ("profiler", PROFILER_HINT), ("comm", COMM_HINT)):
         for i in np.flatnonzero(cause == col[c]).tolist():
             messages[i] = hint
-    starved = np.isin(cause, [col[c] for c in THREAD_CLASSES])
-    # Queued before the gap: the launching thread is not what the device waited for.
-    a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
-    queued = starved & known & (a >= 0) & (trace.end_ns[np.maximum(a, 0)] <= reg.start_ns)
-    for i in np.flatnonzero(queued).tolist():
-        messages[i] = QUEUED_HINT
+    dep = np.flatnonzero(cause == col["dependency"])
+    if dep.size:
+        waited = _recorded_waits(trace)
+        graphs = _graph_launched(trace, nxt[dep])
+        for i, g in zip(dep.tolist(), graphs.tolist(), strict=True):
+            if int(nxt[i]) in waited:
+                messages[i] = DEPENDENCY_WAIT_HINT
+            elif g:
+                messages[i] = DEPENDENCY_GRAPH_HINT
+            else:
+                messages[i] = DEPENDENCY_HINT
+    copies = np.flatnonzero(cause == col["copy"])
+    if copies.size:
+        for i, text in zip(copies.tolist(), _copy_messages(trace, reg, copies), strict=True):
+            messages[i] = text
     if "cpu_ops" in trace.meta.lacks:
         for i in np.flatnonzero(cause == col["host"]).tolist():
             messages[i] = messages[i] or HOST_UNSEEN_HINT
@@ -209,6 +345,64 @@ def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kn
         for i in unknown.tolist():
             messages[i] = CAPTURE_HINT if not cpu else (NO_LAUNCH_HINT if nxt[i] >= 0 else NO_NEXT_HINT)
     return messages
+
+
+@per_trace
+def _recorded_waits(trace: Trace) -> dict[int, tuple[int, int]]:
+    """GPU op -> (the stream-wait row it waited on, the awaited op), from the recorded waits."""
+    from gaplens.analysis.busy import gpu_work
+    from gaplens.analysis.waits import event_wait_rows
+
+    dst, src, row = event_wait_rows(trace, gpu_work(trace))
+    return {int(d): (int(r), int(s)) for d, s, r in zip(dst.tolist(), src.tolist(), row.tolist(), strict=True)}
+
+
+def _graph_launched(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Per op: True when its launch call is a CUDA/HIP graph launch (the gap is a graph edge)."""
+    a = np.where(ops >= 0, trace.launch[np.maximum(ops, 0)], -1)
+    ok = a >= 0
+    out = np.zeros(ops.size, bool)
+    if ok.any():
+        ids = trace.name_id[a[ok]]
+        uniq, inv = np.unique(ids, return_inverse=True)
+        graph = np.asarray(["graphlaunch" in trace.names[int(u)].lower() for u in uniq.tolist()], bool)
+        out[ok] = graph[inv.reshape(-1)]
+    return out
+
+
+def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray) -> list[str]:
+    """For copy-caused gaps: which copies ran (direction and memory kind) and whether they crossed the host link."""
+    from gaplens.analysis.units import fmt_ns
+
+    cm = copy_mask(trace)
+    dev_of = trace.device_of_event()
+    out = []
+    by_dev: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for i in gaps.tolist():
+        d = int(reg.device[i])
+        if d not in by_dev:
+            ops = np.flatnonzero(cm & (dev_of == d))
+            ops = ops[np.argsort(trace.start_ns[ops], kind="stable")]
+            by_dev[d] = (ops, trace.start_ns[ops], np.maximum.accumulate(trace.end_ns[ops]) if ops.size else ops)
+        ops, st, reach = by_dev[d]
+        s, e = int(reg.start_ns[i]), int(reg.end_ns[i])
+        hi = int(np.searchsorted(st, e, "left"))
+        lo = int(np.searchsorted(reach, s, "right")) if ops.size else 0
+        labels: dict[str, int] = {}
+        for j in ops[lo:hi].tolist():
+            ov = min(int(trace.end_ns[j]), e) - max(int(trace.start_ns[j]), s)
+            if ov > 0:
+                lab = copy_label(trace, j)
+                labels[lab] = labels.get(lab, 0) + ov
+        if not labels:
+            out.append(COPY_CALL_HINT)
+            continue
+        ranked = sorted(labels.items(), key=lambda kv: -kv[1])
+        text = "copies ran here: " + ", ".join(f"{k} {fmt_ns(v)}" for k, v in ranked[:3])
+        if not any(is_host_copy(k) for k in labels):
+            text += " (device-local: no host<->device traffic; look at why the data is copied at all)"
+        out.append(text)
+    return out
 
 
 def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
@@ -232,6 +426,18 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
     call = int(trace.launch[nxt])
     if call < 0 or g.cause == "idle":
         return out
+    if g.cause == "dependency":
+        # The wait where the trace shows it: the stream-wait row and the op it waited on; else the
+        # launch call (a graph launch: a graph edge) and the last op of another stream ending in the gap.
+        wait = _recorded_waits(trace).get(nxt)
+        if wait is not None:
+            out += [wait[0], wait[1]]
+        else:
+            other = _other_stream_op(trace, nxt, g)
+            if other >= 0:
+                out.append(other)
+        out.append(call)
+        return list(dict.fromkeys(out))[:limit]
     out.append(call)
     thread = trace.lanes[int(trace.lane[call])]
     cls = api_class(trace)
@@ -308,6 +514,21 @@ def comm_rows(trace: Trace) -> dict[int, list[int]]:
 def overhead_rows(trace: Trace) -> list[int]:
     """The rows that hold the profiler's own overhead events."""
     return _rows_holding(trace, trace.kind == int(Kind.OVERHEAD))
+
+
+def _other_stream_op(trace: Trace, nxt: int, g: Gap) -> int:
+    """The op on another stream of the device that ended last inside the gap (what the op may have waited on)."""
+    dev = trace.lanes[int(trace.lane[nxt])].device
+    best, best_end = -1, g.start_ns
+    for ln in trace.gpu_lanes(dev):
+        if ln.id == int(trace.lane[nxt]):
+            continue
+        sl = trace.lane_events(ln.id)
+        ends = trace.end_ns[sl]
+        k = int(np.searchsorted(trace.start_ns[sl], g.end_ns, "left")) - 1
+        if k >= 0 and g.start_ns < int(ends[k]) <= g.end_ns and int(ends[k]) > best_end:
+            best, best_end = sl.start + k, int(ends[k])
+    return best
 
 
 def _prev_op(trace: Trace, nxt: int, start_ns: int) -> int:

@@ -102,6 +102,13 @@ class CriticalPath:
         ev = self.seg_event
         return (self.seg_kind == Seg.DEVICE) & (ev >= 0) & comm_mask(trace)[np.maximum(ev, 0)]
 
+    def copy_side(self, trace: Trace) -> np.ndarray:
+        """Mask of segments where the path ran through a copy or memset on the device."""
+        from gaplens.analysis.busy import copy_mask
+
+        ev = self.seg_event
+        return (self.seg_kind == Seg.DEVICE) & (ev >= 0) & copy_mask(trace)[np.maximum(ev, 0)]
+
     def time_in(self, starts: np.ndarray, ends: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Per interval [s, e): time the path spends in the masked segments (vectorised)."""
         m = self.host_side() if mask is None else mask

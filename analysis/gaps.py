@@ -3,13 +3,15 @@
 ``analysis.regions`` finds the stretches with no compute, already cut into idle and starved
 pieces. Here each piece gets
 
-- its cause (``analysis.causes``): what the launching thread was doing, or ``comm`` when the
-  device only communicated, ``profiler`` when the profiler's own work covers it, ``idle``
-  when nothing was asked, ``unknown`` when the trace lacks the host side;
+- its cause (``analysis.causes``): ``comm`` when the device only communicated, ``copy`` when
+  copies ran, ``profiler`` when the profiler's own work covers it, ``dependency`` when the op that
+  ends it was queued before it began (the host was not late), else what the launching thread was
+  doing; ``idle`` when nothing was asked, ``unknown`` when the trace lacks the host side;
 - whether it is on the critical path: host-side path segments cover at least half of it (the
   device waited for the host), or, for communication, the collective on the path covers half
-  of it. Idle and profiler regions never are: verdicts are about the work, not the waiting
-  room or the measuring instrument.
+  of it, or, for copies, the copies and host segments on the path do. Idle, profiler and
+  dependency regions never are: verdicts are about the work the host was late for, not the
+  waiting room, the measuring instrument or the device's own dependencies.
 
 ``the_gap`` picks THE blank region every screen and command talks about: the largest on
 the critical path.
@@ -27,7 +29,7 @@ from gaplens.analysis.regions import Regions, regions
 from gaplens.loaders.model import Trace, TraceError
 
 #: Every cause a blank region can have (DESIGN.md § Gap cause).
-CAUSES = ("sync", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
+CAUSES = ("dependency", "sync", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
 #: Causes that are no finding: nothing was asked, or the profiler measured itself.
 NOT_WORK = (CAUSES.index("idle"), CAUSES.index("profiler"))
 #: A gap is on the critical path when host-side path segments cover this share of it.
@@ -197,8 +199,14 @@ def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapC
     dur = ends - starts
     host = path.time_in(starts, ends)
     comm = path.time_in(starts, ends, path.comm_side(trace))
-    starved = np.isin(cause, [CAUSES.index(x) for x in ("sync", "copy", "launch", "host")])
-    on = (starved & (host >= ON_PATH_SHARE * dur)) | ((cause == CAUSES.index("comm")) & (comm >= ON_PATH_SHARE * dur))
+    copy = path.time_in(starts, ends, path.copy_side(trace) | path.host_side())
+    # Dependency regions are never on the path through the host: the host was not late.
+    starved = np.isin(cause, [CAUSES.index(x) for x in ("sync", "launch", "host")])
+    on = (
+        (starved & (host >= ON_PATH_SHARE * dur))
+        | ((cause == CAUSES.index("comm")) & (comm >= ON_PATH_SHARE * dur))
+        | ((cause == CAUSES.index("copy")) & (copy >= ON_PATH_SHARE * dur))
+    )
     return GapColumns(devs, starts, ends, on, cause, shares, message, nxt)
 
 

@@ -1,7 +1,8 @@
 """Where each device waited: compute-idle stretches, cut into *idle* (nothing asked) and *starved* pieces.
 
-A blank region is a stretch where the device runs no compute. Communication alone does not
-count as work done: a rank spinning in an all-reduce for its peer is waiting (``analysis.comm``).
+A blank region is a stretch where the device runs no compute. Communication and copies alone do
+not count as compute: a rank spinning in an all-reduce for its peer is waiting (``analysis.comm``),
+and a step spent in a pageable copy is copy-bound (such stretches get cause ``comm`` or ``copy``).
 
     compute    ███   ██          ████         ███
     comm              ▒▒▒▒▒▒
@@ -171,9 +172,9 @@ def _asked(trace: Trace, device: int) -> BusySpans | None:
         return None
     pids = {p for p, _ in threads}
     split = device_splits(trace)[device]
-    # Communication is work the device was asked to do, even where it only waits; so is GPU work
+    # Communication and copies are work the device was asked to do, even where it only waits; so is GPU work
     # from the moment its launch call queued it until it ran (waiting on a dependency, not idle).
-    starts, ends = [split.comm.start], [split.comm.end]
+    starts, ends = [split.comm.start, split.copy.start], [split.comm.end, split.copy.end]
     ops = gpu_work(trace, device)
     calls = trace.launch[ops]
     queued = calls >= 0

@@ -24,7 +24,13 @@ from gaplens.loaders.syncs import parse_wait
 
 def event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(waiting op, awaited op) index pairs for the recorded stream waits; ``ops`` is the GPU work."""
-    none = (np.empty(0, np.int64), np.empty(0, np.int64))
+    dst, src, _ = event_wait_rows(trace, ops)
+    return dst, src
+
+
+def event_wait_rows(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(waiting op, awaited op, the stream-wait row) for the recorded stream waits: a gap's evidence."""
+    none = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))
     sync = np.flatnonzero((trace.kind == int(Kind.SYNC)) & (trace.launch >= 0))
     if sync.size == 0:
         return none
@@ -55,7 +61,7 @@ def event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if rough.size:
         dst[rough], src[rough] = _approximate(trace, launched, call[rough], on_stream[rough])
     ok = (dst >= 0) & (src >= 0)
-    return dst[ok], src[ok]
+    return dst[ok], src[ok], sync[ok]
 
 
 def _stream_lanes(trace: Trace, device: np.ndarray, stream: np.ndarray) -> np.ndarray:

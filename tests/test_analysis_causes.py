@@ -1,0 +1,224 @@
+"""Gap causes on hand-built traces: dependency vs host-late, copy bounded by copy calls, host calls, warm-up.
+
+Times in ns; every expectation is read off the timing diagram of its test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gaplens.analysis.busy import bound_by, busy_share, copy_label
+from gaplens.analysis.comm import comm_family, is_comm_name
+from gaplens.analysis.gaps import analyse_gaps
+from gaplens.loaders.model import Kind
+from tests.handbuilt import Builder
+
+
+def _only(gaps):
+    assert len(gaps) == 1, [(g.start_ns, g.end_ns, g.cause) for g in gaps]
+    return gaps[0]
+
+
+def test_queued_op_is_a_dependency_not_the_host():
+    """k2 was launched (call ended at 30) long before the gap began (100): the host was not late.
+
+    thread  [A][B]                      host work .........................
+    stream7  ███k1███                                  ███k2███
+                    ^100  gap: nothing on the device   ^1000
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.launch(20, 30, 1_000, 1_100, name="k2")
+    b.cpu(40, 2_000, "python_work")
+    g = _only(analyse_gaps(b.trace()))
+    assert (g.start_ns, g.end_ns) == (100, 1_000)
+    assert g.cause == "dependency" and g.shares == {"dependency": 1.0}
+    assert not g.on_critical_path
+    assert "host was not late" in g.message
+
+
+def test_late_launch_is_the_host():
+    """The same gap, but k2's launch call ends at 995 (after the gap began at 100): the host was late.
+
+    thread  [A]  python_work ......................[B]
+    stream7  ███k1███                                  ███k2███
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.cpu(20, 980, "python_work")
+    b.launch(985, 995, 1_000, 1_100, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert g.cause == "host" and g.on_critical_path
+    assert g.shares["launch"] == pytest.approx(10 / 900, abs=1e-3)
+
+
+def test_a_recorded_stream_wait_is_the_evidence_of_a_dependency():
+    """k2 on stream 13 waits (cudaStreamWaitEvent) on the event recorded after k1b; it starts late (900).
+
+    thread  [k1][k1b][rec][wait][k2]
+    stream7  █k1█ ███k1b███
+    stream13                 (k2 queued at 70, waits)   ███k2███
+                          ^500 gap                      ^900
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, s=7, name="k1")
+    b.launch(20, 30, 100, 500, s=7, name="k1b")
+    rec = b.call(40, 45, "cudaEventRecord")
+    b.wait_event(50, 55, on_stream=7, stream=13, record_corr=rec)
+    b.launch(60, 70, 900, 1_000, s=13, name="k2")
+    tr = b.trace()
+    g = _only(analyse_gaps(tr))
+    assert (g.start_ns, g.end_ns) == (500, 900)
+    assert g.cause == "dependency" and not g.on_critical_path
+    names = [tr.name(i) for i in g.evidence]
+    assert "Stream Wait Event" in names and "k1b" in names and "k2" in names
+    assert "cudaStreamWaitEvent" in g.message
+
+
+def test_copy_share_is_bounded_by_time_inside_copy_calls():
+    """An op that issued a DtoD copy call (record_param_comms) does not make its whole span `copy`.
+
+    thread  [k1] [record_param_comms ..................................][k2]
+                    [cudaMemcpyAsync 20ns]  (async DtoD: a launch, not a copy)
+    stream7  █k1█          ▒DtoD▒                                          █k2█
+    """
+    us = 1_000  # in µs: the op must outlast DISPATCH_MAX_NS to be host work rather than dispatch overhead
+    b = Builder()
+    b.launch(0, 10 * us, 12 * us, 100 * us, name="k1")
+    b.cpu(110 * us, 900 * us, "record_param_comms")
+    c = b.call(120 * us, 140 * us, "cudaMemcpyAsync")
+    b.op(c, 150 * us, 160 * us, kind=Kind.MEMCPY_DTOD, name="Memcpy DtoD (Device -> Device)")
+    b.launch(980 * us, 990 * us, 1_000 * us, 1_100 * us, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert (g.start_ns, g.end_ns) == (100 * us, 1_000 * us)
+    # The device ran the DtoD copy 10 µs: the only copy share. The thread's 20 µs in the async DtoD call
+    # is a launch (nothing crossed the host link), and record_param_comms does not inherit `copy`.
+    assert g.shares["copy"] == pytest.approx(10 / 900, abs=1e-3)
+    assert g.shares["launch"] == pytest.approx((890 / 900) * (30 / 900), abs=1e-3)
+    assert g.cause == "host"
+    assert "host<->device" not in g.message
+
+
+def test_blocking_copy_behind_a_wait_is_the_host_waiting_on_the_device():
+    """hipMemcpyWithStream queued behind device work: the host waits (sync) until its copy starts.
+
+    thread  [k1][hipMemcpyWithStream ...........................][k2]
+    stream7  ██████████████ k1 ████████████████ ▒HtoD▒        █k2█
+                                              ^800  ^850    ^880
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 800, name="k1")
+    c = b.call(20, 860, "hipMemcpyWithStream")
+    b.op(c, 800, 850, kind=Kind.MEMCPY_HTOD, name="Memcpy HtoD (Pageable -> Device)")
+    b.launch(860, 870, 880, 980, name="k2")
+    tr = b.trace()
+    g = _only(analyse_gaps(tr))
+    assert (g.start_ns, g.end_ns) == (800, 880)
+    # Device copy 50 of 80 ns; of the rest, the thread's 60 ns in the call from the copy's start on; no
+    # sync inside the gap: the call's wait (20..800) is sync time, and it ended when the copy started.
+    assert g.shares["copy"] == pytest.approx(50 / 80 + (30 / 80) * (60 / 80), abs=1e-3)
+    assert g.cause == "copy"
+    assert "sync" not in g.shares
+    assert "HtoD pageable" in g.message
+    copy = next(i for i in range(len(tr)) if tr.kind[i] == int(Kind.MEMCPY_HTOD))
+    assert copy_label(tr, copy) == "HtoD pageable"
+
+
+def test_memory_management_is_host_not_launch():
+    """cudaMalloc/cudaFree queue nothing: host work.
+
+    thread  [k1][cudaMalloc ..........][cudaFree .....][k2]
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.call(110, 600, "cudaMalloc")
+    b.call(610, 900, "cudaFree")
+    b.launch(980, 990, 1_000, 1_100, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert g.cause == "host"
+    assert g.shares["launch"] == pytest.approx(10 / 900, abs=1e-3)
+
+
+def test_first_launch_that_loads_its_module_is_warm_up_host_work():
+    """A 3 ms first launch of `k` is a module load; the second launch of `k` is an ordinary launch."""
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k0")
+    b.launch(100, 3_000_100, 3_000_200, 3_000_300, name="k")
+    b.launch(3_000_400, 3_000_410, 3_000_420, 3_000_500, name="k")
+    gaps = analyse_gaps(b.trace())
+    first = max(gaps, key=lambda g: g.dur_ns)
+    assert first.cause == "host" and first.shares.get("launch", 0) < 0.01
+
+
+def test_copy_bound_window_reads_copy_bound():
+    """90% of the window in a pageable HtoD copy: copy-bound, with the copy named."""
+    b = Builder()
+    c = b.call(0, 900, "cudaMemcpy")
+    b.op(c, 5, 905, kind=Kind.MEMCPY_HTOD, name="Memcpy HtoD (Pageable -> Device)")
+    b.launch(906, 910, 912, 1_005, name="k")
+    tr = b.trace()
+    share = busy_share(tr)
+    assert share.copy_ns == 900 and share.compute_ns == 93
+    bound = bound_by(tr)
+    assert bound.verdict == "copy" and bound.copies == {"HtoD pageable": 900}
+    assert bound.words.startswith("copy-bound")
+    g = max(analyse_gaps(tr), key=lambda g: g.dur_ns)
+    assert g.cause == "copy"
+
+
+# Real kernel names (demangled as Kineto/nsys write them), with where each spelling comes from.
+COMM_NAMES = [
+    # NVIDIA/nccl src/device/generate.py (NCCL >= 2.19) and older ncclKernel_ names (HTA's test traces)
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",
+    # microsoft/msccl
+    "mscclKernel_Sum_float_LL128(int, int, mscclAlgo*, mscclWork*)",
+    # deepseek-ai/DeepEP csrc/kernels/internode.cu, intranode.cu; DeepSeek's profile-data spelling dpsk::ep
+    "void deep_ep::internode::dispatch<true, 8, 768, 28, 4, 1>(int4*, float*, long*, float*)",
+    "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768>(__nv_bfloat16*, float*)",
+    "void deep_ep::internode::notify_dispatch<false, 8>(int const*, int*, int)",
+    "void deep_ep::internode::cached_notify<8>(int, int, int)",
+    "void dpsk::ep::internode::combine<8, 4>(int4*, float*)",
+    # vllm-project/vllm csrc/custom_all_reduce.cuh; sglang sgl-kernel; ROCm aiter
+    "void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*)",
+    "void aiter::cross_device_reduce_1stage_naive<__half, 8, false>(aiter::RankData*, aiter::RankData*)",
+    # pytorch torch/csrc/distributed/c10d/symm_mem/CUDASymmetricMemoryOps.cu
+    "void c10d::symmetric_memory::one_shot_all_reduce_kernel<float, 8>(float**, float*, unsigned long)",
+    "void c10d::symmetric_memory::multimem_all_reduce_kernel<__nv_bfloat16, 16>(__nv_bfloat16*, unsigned long)",
+    "two_shot_all_reduce_kernel",  # the Triton twin (torch/distributed/_symmetric_memory)
+    # NVIDIA/TensorRT-LLM customAllReduceKernels.cu
+    "void tensorrt_llm::kernels::oneShotAllReduceKernel<half, 8, true>(tensorrt_llm::kernels::AllReduceParams)",
+    # NVSHMEM device collectives
+    "nvshmemi_reduce_kernel<float, (rdxn_ops)0>(int, float*, float const*, unsigned long)",
+]
+COMPUTE_NAMES = [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, at::native::FillFunctor)",
+    "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT",
+    "void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int)",
+    "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t>>()",
+    "ampere_sgemm_128x64_nn",
+    "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>(Flash_fwd_params)",
+]
+
+
+@pytest.mark.parametrize("name", COMM_NAMES)
+def test_comm_table_knows_real_collective_names(name):
+    assert is_comm_name(name) and comm_family(name) is not None
+
+
+@pytest.mark.parametrize("name", COMPUTE_NAMES)
+def test_comm_table_leaves_compute_alone(name):
+    assert not is_comm_name(name)
+
+
+def test_kernel_launched_inside_an_nccl_range_is_comm():
+    """A kernel whose name says nothing, launched inside c10d's ``nccl:all_reduce`` CPU op, is a collective."""
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.cpu(200, 300, "nccl:all_reduce")
+    b.launch(210, 220, 230, 800, s=13, name="my_custom_collective")
+    b.launch(850, 860, 870, 900, name="k2")
+    tr = b.trace()
+    share = busy_share(tr)
+    assert share.comm_ns == 570 and share.compute_ns == 88 + 30
