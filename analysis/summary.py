@@ -50,6 +50,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
                 "compute_ns": d.compute_ns,
                 "comm_ns": d.comm_ns,
                 "exposed_comm_ns": d.exposed_comm_ns,
+                "copy_ns": d.copy_ns,
                 "window_ns": list(d.window_ns),
             }
         )

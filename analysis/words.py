@@ -35,13 +35,15 @@ SMELL_NAMES = {
 #: The smell a gap's cause points at.
 CAUSE_SMELL = {"sync": "sync_cliff", "copy": "copy_on_path", "launch": "picket_fence", "host": "host_island"}
 CAUSE_WORDS = {
+    "dependency": "the next GPU op was already queued: the device waited on a dependency (an event or stream "
+    "wait, another stream's work, a graph edge), not on the host",
     "sync": "the host was blocked in a synchronising call",
-    "copy": "the host was copying to or from the device",
+    "copy": "copies ran (or the host sat in copy calls) while the device computed nothing",
     "launch": "the host was busy issuing launch calls",
     "host": "the host ran CPU work with no CUDA calls",
     "comm": "the device only communicated: it waited for a peer or the network",
     "profiler": "the profiler's own work (an artefact of tracing)",
-    "idle": "nothing was asked of the device",
+    "idle": "nothing was asked of the device (GPU idle)",
     "unknown": "the trace lacks the host side",
 }
 
