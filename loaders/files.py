@@ -93,6 +93,9 @@ def cache_dir() -> Path:
 # Compressed bytes per read: ~1.4 MB of Kineto JSON, under a block. Each read takes the GIL back
 # once, which costs up to the switch interval while the parse threads hold it: fewer, larger reads.
 READ_SIZE = 1 << 17
+#: Most bytes one inflate call hands out: ~3x a normal read's output (Kineto gzips ~10x), so real files never
+#: reach it, while a blank bomb (~1000x) comes out in pieces the framer can drop as it goes.
+MAX_INFLATE = 4 << 20
 
 
 class Source:
@@ -144,37 +147,35 @@ class Source:
             block = fh.read(READ_SIZE * 8)
 
     def _gunzip(self, fh, first: bytes) -> Iterator[bytes]:
+        # Each call inflates at most MAX_INFLATE bytes: 128 KB of a blank bomb would otherwise be ~128 MB at once.
         d = inflate.decompressobj(wbits=47)
         out_total = 0
         block = first
         while block:
             self._tick(len(block))
-            out = b""
-            try:
-                out = d.decompress(block)
-                while d.eof and d.unused_data:
-                    # Concatenated gzip members: continue with a fresh decompressor.
-                    rest = d.unused_data
-                    if not rest.startswith(GZIP_MAGIC):
-                        # A whole member, then bytes that are not gzip: keep the member, say so.
-                        junk = len(rest) + (self.size - self.read)
-                        self.warnings.append(f"{junk} bytes after the gzip data are not gzip: ignored")
-                        if out:
-                            yield out
-                        return
-                    d = inflate.decompressobj(wbits=47)
-                    out += d.decompress(rest)
-            except inflate.error as exc:
-                out_total += len(out)
-                if not out_total:
-                    raise TraceError(f"{self.path}: corrupt gzip data ({exc})") from None
-                self.warnings.append(f"corrupt gzip data after {out_total} bytes: the rest is dropped")
+            data = block
+            while data:
+                try:
+                    out = d.decompress(data, MAX_INFLATE)
+                except inflate.error as exc:
+                    if not out_total:
+                        raise TraceError(f"{self.path}: corrupt gzip data ({exc})") from None
+                    self.warnings.append(f"corrupt gzip data after {out_total} bytes: the rest is dropped")
+                    return
                 if out:
+                    out_total += len(out)
                     yield out
-                return
-            if out:
-                out_total += len(out)
-                yield out
+                if not d.eof:
+                    data = d.unconsumed_tail
+                    continue
+                data = d.unused_data
+                if data and not data.startswith(GZIP_MAGIC):
+                    # A whole member, then bytes that are not gzip: keep the member, say so.
+                    junk = len(data) + (self.size - self.read)
+                    self.warnings.append(f"{junk} bytes after the gzip data are not gzip: ignored")
+                    return
+                if data:  # concatenated gzip members: continue with a fresh decompressor
+                    d = inflate.decompressobj(wbits=47)
             block = fh.read(READ_SIZE)
         if not d.eof:
             tail = d.flush()

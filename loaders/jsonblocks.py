@@ -17,16 +17,81 @@ refuses. When Arrow refuses a layout block for any reason, the reader calls
 
 from __future__ import annotations
 
+import bisect
+import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.loaders.jsonframe import array_start, find_byte, split_block, top_level
+from gaplens.loaders.jsonframe import array_start, find_byte, split_block, string_quotes, top_level
 
 _WS = np.zeros(256, dtype=bool)
 _WS[[9, 10, 13, 32]] = True
+#: A run of blanks outside strings this long keeps one blank: no writer pads JSON so, and a gzip of
+#: blanks (a bomb) must not be held whole. Shorter runs are left as they are, so every real file is
+#: framed byte for byte.
+SQUEEZE = 1 << 16
+_HALF = SQUEEZE // 2  # any run of SQUEEZE blanks covers two samples this far apart
+_BLANKS = frozenset(b" \t\r\n")
+_BLANK_RUN = re.compile(rb"[ \t\r\n]*")
+#: Bytes of text after the events worth reading for their keys (real traces: a few KB).
+TRAILER_LIMIT = 64 << 20
+
+
+def _long_runs(chunk: bytes) -> list[tuple[int, int]]:
+    """(start, end) of the runs of at least SQUEEZE blanks in ``chunk``, found from samples _HALF apart
+    (a real chunk costs a few hundred short regex matches)."""
+    runs: list[tuple[int, int]] = []
+    n, done = len(chunk), 0
+    for k in range(0, n, _HALF):
+        if k < done or chunk[k] not in _BLANKS:
+            continue
+        end = _BLANK_RUN.match(chunk, k).end()
+        done = end
+        if end - max(k - _HALF + 1, 0) < SQUEEZE:
+            continue  # too short even if it began right after the previous sample
+        lo = max(k - _HALF + 1, 0, runs[-1][1] if runs else 0)
+        start = lo + len(chunk[lo : k + 1].rstrip(b" \t\r\n"))
+        if end - start >= SQUEEZE:
+            runs.append((start, end))
+    return runs
+
+
+class Squeeze:
+    """Long blank runs outside strings cut to one blank as chunks arrive; where, to map positions back."""
+
+    def __init__(self) -> None:
+        self.at: list[int] = []  # squeezed document position just after each kept blank
+        self.removed: list[int] = []  # bytes removed there, cumulative
+
+    def chunk(self, before: list[bytes | bytearray], chunk: bytes, doc_at: int) -> bytes:
+        """``chunk`` with its long blank runs cut, when outside strings; ``before`` is the buffered text
+        (which starts outside any string) and ``doc_at`` the squeezed position where ``chunk`` starts."""
+        runs = _long_runs(chunk)
+        if not runs:
+            return chunk
+        head = b"".join(before)
+        quotes = string_quotes(np.frombuffer(head + chunk, np.uint8))
+        parts, kept, last = [], 0, 0
+        for start, end in runs:
+            if np.searchsorted(quotes, len(head) + start) & 1:
+                continue  # inside a string: its text is the trace's
+            parts.append(chunk[last : start + 1])
+            kept += start + 1 - last
+            last = end
+            self.at.append(doc_at + kept)
+            self.removed.append((self.removed[-1] if self.removed else 0) + end - start - 1)
+        if not parts:
+            return chunk
+        parts.append(chunk[last:])
+        return b"".join(parts)
+
+    def original(self, pos: int) -> int:
+        """The position in the file's text of squeezed position ``pos``."""
+        i = bisect.bisect_right(self.at, pos)
+        return pos + (self.removed[i - 1] if i else 0)
 
 
 @dataclass
@@ -97,6 +162,7 @@ class EventBlocks:
         self._prefix = b""
         self._bare = False
         self._started = False
+        self.squeeze = Squeeze()
 
     def __iter__(self) -> Iterator[Piece]:
         return self
@@ -141,7 +207,7 @@ class EventBlocks:
         while True:
             chunk = next(self._it, None)
             if chunk is not None:
-                head += chunk
+                head += self.squeeze.chunk([head], chunk, len(head))
             found = array_start(head, final=chunk is None)
             if found is not None:
                 break
@@ -156,6 +222,7 @@ class EventBlocks:
             if chunk is None:
                 self._exhausted = True
                 break
+            chunk = self.squeeze.chunk(self._parts, chunk, self._offset + self._size)
             self._parts.append(chunk)
             self._size += len(chunk)
             self._chunk = len(chunk)
@@ -215,7 +282,7 @@ class EventBlocks:
             self.structural_events += res.count
             piece = self._next_piece(res.ndjson, None, self._offset)
         if res.array_end is not None:
-            trailer = buf[res.array_end :] + b"".join(self._it)
+            trailer = self._trailer(buf[res.array_end :])
             self.top = top_level(self._prefix, trailer, self._bare, self.warnings)
             self._done = True
         elif res.damage is not None or self._exhausted:
@@ -226,6 +293,18 @@ class EventBlocks:
             if self._layout_allowed and res.count:
                 self._decide_layout(res.gap)
         return piece
+
+    def _trailer(self, first: bytes) -> bytes:
+        """The text after the events' ``]``: its blank runs squeezed, at most TRAILER_LIMIT bytes of it."""
+        parts, size = [first], len(first)
+        for chunk in self._it:
+            chunk = self.squeeze.chunk(parts, chunk, 0)  # positions after the events are never reported
+            parts.append(chunk)
+            size += len(chunk)
+            if size > TRAILER_LIMIT:
+                self.warnings.append(f"more than {TRAILER_LIMIT >> 20} MB after the events: keys there are ignored")
+                return b"" if self._bare else b"}"
+        return b"".join(parts)
 
     def _decide_layout(self, gap: bytes | None) -> None:
         """Cut by layout from here on when the first block's events are all apart by one text with a newline."""
@@ -239,7 +318,7 @@ class EventBlocks:
         self._keep(rest[len(gap) :], len(gap))
 
     def _damage(self, at: int) -> None:
-        self.damaged_at = at
+        self.damaged_at = self.squeeze.original(at)
         truncated = b"]}" if not self._bare else b"]"
         self.top = top_level(self._prefix, truncated, self._bare, self.warnings, truncated=True)
         self._done = True

@@ -158,3 +158,67 @@ def test_a_query_that_never_ends_is_stopped(tmp_path, monkeypatch):
     with pytest.raises(sqlite3.OperationalError, match="interrupted"):
         con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()
     assert time.monotonic() - began < 5
+
+
+# ---- blank bombs: constant memory -------------------------------------------------------
+
+
+def _gzip_bomb(path, head: str, blanks: int, tail: str, blank: bytes = b" ") -> None:
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = blank * (1 << 20)
+    out = [c.compress(head.encode())] + [c.compress(block) for _ in range(blanks >> 20)]
+    path.write_bytes(b"".join([*out, c.compress(tail.encode()), c.flush()]))
+
+
+@pytest.mark.parametrize(
+    "head, tail",
+    [
+        ('{"traceEvents":[' + json.dumps(KERNEL) + ",", json.dumps(LAUNCH) + "]}"),  # between events
+        ('{"schemaVersion": 1,', '"traceEvents":[' + EVENTS + "]}"),  # before the events
+        ('{"traceEvents":[' + EVENTS + "],", '"schemaVersion": 1}'),  # after them
+    ],
+)
+def test_a_gzip_blank_bomb_is_read_in_pieces(tmp_path, capsys, head, tail):
+    from gaplens.loaders import files
+    from gaplens.loaders.jsonblocks import SQUEEZE, EventBlocks
+
+    path = tmp_path / "bomb.json.gz"
+    _gzip_bomb(path, head, 32 << 20, tail, blank=b" \n")
+    source = files.Source(str(path))
+    biggest = 0
+
+    def chunks():
+        nonlocal biggest
+        for chunk in source.chunks():
+            biggest = max(biggest, len(chunk))
+            yield chunk
+
+    blocks = EventBlocks(chunks(), 1 << 20)
+    held = sum(len(p.data) for p in blocks)
+    assert biggest <= files.MAX_INFLATE
+    assert held < 4 * SQUEEZE  # the two events and a few kept blanks, not 32 MB
+    assert blocks.structural_events + len(blocks._handed) >= 1 and blocks.warnings == []
+    rc, _, err = _run(capsys, "summary", str(path))
+    assert rc == 0 and err == []
+    assert len(load(str(path))) == 2
+
+
+def test_blanks_inside_a_string_are_the_trace_s_text(tmp_path):
+    name = "x" + " " * (3 * (1 << 16)) + "y"
+    op = {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 80, "dur": 5}
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents":[' + EVENTS + "," + json.dumps(op) + "]}")
+    assert name in load(str(path)).names
+
+
+def test_damage_after_a_squeezed_run_is_placed_in_the_file(tmp_path, capsys):
+    head = '{"traceEvents":[' + json.dumps(KERNEL) + ","
+    text = head + " " * (1 << 20) + json.dumps(LAUNCH) + ", nonsense"
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    rc, _, err = _run(capsys, "summary", str(path))
+    assert rc == 0 and len(err) == 1
+    at = text.index(", nonsense")
+    assert f"before byte {at}" in err[0], (at, err[0])
