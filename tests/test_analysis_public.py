@@ -30,7 +30,8 @@ import pytest
 
 from gaplens.analysis.busy import gpu_work
 from gaplens.analysis.gaps import analyse_gaps, blank_regions
-from tests.conftest import PUBLIC, loaded
+from tests.conftest import loaded
+from tests.conftest import public as shared_public
 
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset"}
 UNION_FILES = [
@@ -50,10 +51,7 @@ SINGLE_STREAM = [
 
 
 def public(name: str):
-    path = PUBLIC / name
-    if not path.exists():
-        pytest.skip(f"public sample {name} not available")
-    return loaded(str(path))
+    return loaded(str(shared_public(name)))
 
 
 def raw_gpu_intervals(name: str, compute_only: bool = False) -> dict[int, list[tuple[int, int]]]:
@@ -61,7 +59,7 @@ def raw_gpu_intervals(name: str, compute_only: bool = False) -> dict[int, list[t
 
     ``compute_only`` leaves out NCCL kernels: a device spinning in a collective is not computing.
     """
-    with gzip.open(PUBLIC / name, "rt") as fh:
+    with gzip.open(shared_public(name), "rt") as fh:
         data = json.load(fh)
     events = data["traceEvents"] if isinstance(data, dict) else data
     out: dict[int, list[tuple[int, int]]] = {}

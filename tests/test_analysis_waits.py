@@ -15,7 +15,7 @@ from gaplens.loaders.kineto_cols import Context
 from gaplens.loaders.kineto_slow import from_lines
 from gaplens.loaders.model import Kind, Trace
 from gaplens.loaders.syncs import SyncWait, parse_wait, sync_detail
-from tests.conftest import PUBLIC, _cached, loaded
+from tests.conftest import PUBLIC, _cached, loaded, public
 from tests.handbuilt import Builder
 
 MULTI_STREAM = PUBLIC / "hta" / "event_sync_multi_stream.json.gz"
@@ -122,9 +122,7 @@ def test_an_op_waiting_on_two_events_waits_on_the_later_one():
 
 @pytest.fixture(scope="module")
 def multi_stream() -> Trace:
-    if not MULTI_STREAM.exists():
-        pytest.skip("public sample event_sync_multi_stream.json.gz not available")
-    return _cached(str(MULTI_STREAM))
+    return _cached(str(public("hta/event_sync_multi_stream.json.gz")))
 
 
 def test_kineto_sync_rows_record_the_waiting_stream(multi_stream):

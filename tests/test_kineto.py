@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gaplens.analysis.busy import device_busy
 from gaplens.analysis.phases import phases
 from gaplens.loaders.model import MEMCPY_KINDS, Kind
-from tests.conftest import PUBLIC, SAMPLES, loaded, meta, requires_shared
+from tests.conftest import PUBLIC, SAMPLES, loaded, meta, missing_shared, requires_shared
 from tests.strategies import kineto_events
 
 pytestmark = requires_shared
@@ -90,7 +90,7 @@ def test_h200_totals_match_raw_json(name):
 @pytest.mark.parametrize("name", PUBLIC_FILES)
 def test_public_totals_match_raw_json(name):
     if name == "missing":
-        pytest.skip("public samples not available")
+        missing_shared("shared/public-samples")
     _check_totals(loaded(f"../public-samples/{name}"), PUBLIC / name)
 
 

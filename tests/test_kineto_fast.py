@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gaplens.loaders import kineto, load
 from gaplens.loaders.jsonblocks import EventBlocks, arrow_input
 from gaplens.loaders.kineto import LoadStats
-from tests.conftest import BUNDLED, PUBLIC, ROOT, SAMPLES
+from tests.conftest import BUNDLED, PUBLIC, ROOT, SAMPLES, sample
 from tests.strategies import kineto_events
 
 FILES = sorted(
@@ -130,7 +130,7 @@ def test_kineto_layout_is_cut_at_its_separator(monkeypatch):
     """A 40 MB trace from the writer: every block but the first and the tail is cut at '},\\n  {';
     a trace estimated past BIG_JSON is cut in the bigger blocks."""
     stats = LoadStats()
-    path = SAMPLES / "decode_eager.json.gz"
+    path = sample("decode_eager.json.gz")
     load(path, use_cache=False, stats=stats)
     size = len(gzip.decompress(path.read_bytes()))
     assert stats.layout_blocks >= size // kineto.BLOCK_SIZE - 2 and stats.structure_blocks <= 2, stats
@@ -331,10 +331,11 @@ def test_a_headless_load_stays_lean(tmp_path):
     import subprocess
     import sys
 
+    kineto_path, nsys_path = str(sample("train_step.json.gz")), str(sample("nsys_train_step.sqlite.gz"))
     code = (
         "import sys; from gaplens.loaders import load\n"
-        f"load({str(SAMPLES / 'train_step.json.gz')!r}); load({str(SAMPLES / 'train_step.json.gz')!r})\n"
-        f"load({str(SAMPLES / 'nsys_train_step.sqlite.gz')!r}, use_cache=False)\n"
+        f"load({kineto_path!r}); load({kineto_path!r})\n"
+        f"load({nsys_path!r}, use_cache=False)\n"
         "print(sorted(m for m in ('pandas', 'textual') if m in sys.modules))"
     )
     env = {"GAPLENS_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}

@@ -14,7 +14,7 @@ import pytest
 
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind
 from gaplens.loaders.nsys_parts import api_display_name
-from tests.conftest import PUBLIC, SAMPLES, loaded, requires_shared
+from tests.conftest import PUBLIC, SAMPLES, loaded, requires_shared, shared_file
 
 pytestmark = requires_shared
 
@@ -32,9 +32,7 @@ def plain(tmp_path_factory):
 
     def get(name: str) -> Path:
         if name not in cache:
-            src = SAMPLES / name
-            if not src.exists():
-                pytest.skip(f"{name} not available")
+            src = shared_file(f"samples/{name}")
             dst = folder / Path(name).name.replace(".gz", "")
             if name.endswith(".gz"):
                 with gzip.open(src) as fin, open(dst, "wb") as fout:

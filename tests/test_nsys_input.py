@@ -17,7 +17,7 @@ from gaplens.loaders import load
 from gaplens.loaders.model import Kind, LaneKind, TraceError
 from gaplens.loaders.nsys_files import export_command
 from gaplens.tui.cli import main
-from tests.conftest import SAMPLES, requires_shared
+from tests.conftest import SAMPLES, missing_shared, public, requires_shared
 
 pytestmark = requires_shared
 
@@ -33,7 +33,7 @@ def _private_cache(tmp_path, monkeypatch):
 def smells_copy(tmp_path) -> Path:
     """A writable plain copy of a real 2025.3 export that a test may edit."""
     if not SMELLS.exists():
-        pytest.skip("nsys_smells sample not available")
+        missing_shared("shared/samples/nsys_smells.sqlite.gz")
     dst = tmp_path / "edit.sqlite"
     with gzip.open(SMELLS) as fin, open(dst, "wb") as fout:
         shutil.copyfileobj(fin, fout)
@@ -103,7 +103,7 @@ def test_nsys_rep_without_nsys_names_the_export_command(tmp_path, capsys, monkey
 def test_nsys_rep_with_a_fake_nsys_exports_into_the_cache(tmp_path, monkeypatch):
     """A stand-in `nsys` that copies a real export proves the command line and the cache."""
     if not SMELLS.exists():
-        pytest.skip("sample not available")
+        missing_shared("shared/samples/nsys_smells.sqlite.gz")
     plain = tmp_path / "plain.sqlite"
     with gzip.open(SMELLS) as fin, open(plain, "wb") as fout:
         shutil.copyfileobj(fin, fout)
@@ -288,7 +288,7 @@ def test_filtered_export_and_unsigned_stream_priority(smells_copy):
 
 
 def test_builtin_enums_for_exports_without_enum_tables():
-    trace = load(SAMPLES.parent / "public-samples" / "pipit" / "saxpy_mpi_nsys2022.2.sqlite")
+    trace = load(public("pipit/saxpy_mpi_nsys2022.2.sqlite"))
     names = {trace.names[int(i)] for i in np.unique(trace.name_id[trace.mask((Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH))])}
     assert names == {"Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pageable)"}
 

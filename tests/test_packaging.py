@@ -1,7 +1,8 @@
 """Installed, gaplens is one import name: the wheel holds ``gaplens/`` and its dist-info, nothing else.
 
 A distribution that drops ``tui`` or ``samples`` into site-packages breaks any other project with
-those names (and is broken by them).
+those names (and is broken by them). The wheel is built and judged by ``.ci/run`` (its own step,
+``.ci/check_wheel.py``); these tests are the cheap part: the judge itself, and the package as run.
 """
 
 from __future__ import annotations
@@ -11,47 +12,34 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("setuptools") is None, reason="setuptools is not installed")
+
+def _check_wheel():
+    """``.ci/check_wheel.py`` (CI builds the wheel as its own step; here only its judge is tested)."""
+    spec = importlib.util.spec_from_file_location("check_wheel", ROOT / ".ci" / "check_wheel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (path,) = out.glob("gaplens-*.whl")
+def _wheel(tmp_path, names: list[str], entry: str = "[console_scripts]\ngaplens = gaplens.tui.cli:main\n"):
+    path = tmp_path / "gaplens-0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name in names:
+            zf.writestr(name, "")
+        zf.writestr("gaplens-0.dist-info/entry_points.txt", entry)
     return zipfile.ZipFile(path)
 
 
-def test_wheel_has_one_top_level_name(wheel):
-    tops = {name.split("/")[0] for name in wheel.namelist() if not name.split("/")[0].endswith(".dist-info")}
-    assert tops == {"gaplens"}
-
-
-def test_wheel_holds_every_layer_and_the_data(wheel):
-    names = set(wheel.namelist())
-    for needed in (
-        "gaplens/__init__.py",
-        "gaplens/__main__.py",
-        "gaplens/loaders/model.py",
-        "gaplens/analysis/gaps.py",
-        "gaplens/tui/app.py",
-        "gaplens/tui/app.tcss",
-        "gaplens/tui/commands/summary.py",
-        "gaplens/tui/screens/help.py",
-        "gaplens/samples/decode_eager.json.gz",
-    ):
-        assert needed in names, needed
-    entry = next(n for n in names if n.endswith("entry_points.txt"))
-    assert "gaplens = gaplens.tui.cli:main" in wheel.read(entry).decode()
+def test_the_wheel_check_passes_a_whole_wheel_and_names_what_a_bad_one_lacks(tmp_path):
+    check = _check_wheel()
+    assert check.problems(_wheel(tmp_path, list(check.NEEDED))) == []
+    bad = _wheel(tmp_path, [*check.NEEDED[1:], "tui/app.py"], entry="")
+    found = check.problems(bad)
+    assert found[0] == "top-level names ['gaplens', 'tui'], want ['gaplens']"
+    assert f"missing {check.NEEDED[0]}" in found and any("console script" in f for f in found)
 
 
 def test_python_dash_m_gaplens(tmp_path):

@@ -23,7 +23,7 @@ from gaplens.analysis.job import JobReading
 from gaplens.analysis.jobrun import open_job
 from gaplens.analysis.straggler import STEP_SHARE
 from gaplens.loaders.model import Trace
-from tests.conftest import PUBLIC
+from tests.conftest import PUBLIC, missing_shared
 
 DATA = Path(__file__).parent / "data"
 CONTRACT_RANK = {
@@ -232,7 +232,13 @@ def test_best_shift_pairs_a_sequence_that_starts_later():
     assert best_shift(ref, np.asarray([7, 7, 7, 7, 7, 7, 7, 7], np.int32))[1] == 0.0
 
 
-needs_public = pytest.mark.skipif(not (PUBLIC / "hta").is_dir(), reason="public samples not beside the checkout")
+@pytest.fixture
+def needs_public_hta() -> None:
+    if not (PUBLIC / "hta").is_dir():
+        missing_shared("shared/public-samples/hta")
+
+
+needs_public = pytest.mark.usefixtures("needs_public_hta")
 
 
 @needs_public

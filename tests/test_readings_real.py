@@ -26,7 +26,7 @@ from gaplens.analysis.summary import summary
 from gaplens.analysis.words import COMM_LEVER, KERNEL_LEVER, LEVERS, WARMUP_LEVER
 from gaplens.loaders import load
 from gaplens.loaders.model import GPU_WORK_KINDS
-from tests.conftest import ROOT, loaded
+from tests.conftest import ROOT, loaded, public
 from tests.test_analysis_public import python_idle
 
 DATA = ROOT / "tests" / "data"
@@ -321,13 +321,13 @@ def test_levers_follow_the_workload(traces):
     training = {f.kind: f.lever for f in smells(traces("ddp_straggler_rank1.json.gz"))}
     assert serving["host_island"] == LEVERS["host_island"]["serving"]
     assert training["host_island"] == LEVERS["host_island"]["training"]
-    hpc = load(ROOT.parent / "shared" / "public-samples" / "pipit" / "cloverleaf_nsys2024.5.sqlite")
+    hpc = load(public("pipit/cloverleaf_nsys2024.5.sqlite"))
     assert all(f.lever == LEVERS[f.kind]["hpc"] for f in smells(hpc))
 
 
 def test_a_kernel_bound_trace_gets_the_kernel_lever():
     """HTA's ns_resolution training rank is 98% busy computing: host fixes for its µs gaps were noise."""
-    trace = load(ROOT.parent / "shared" / "public-samples" / "hta" / "ns_resolution.pt.trace.json.gz")
+    trace = load(public("hta/ns_resolution.pt.trace.json.gz"))
     assert active_compute_pct(trace) > KERNEL_BOUND_PCT
     lever, why = Walkthrough(trace).experiment()
     assert lever == KERNEL_LEVER and "busy computing" in why

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import statistics
-from pathlib import Path
 
 import pytest
 
 from gaplens.analysis.workload import versions, workload
 from gaplens.loaders import load
-from tests.conftest import PUBLIC, loaded, meta
+from tests.conftest import loaded, meta, public
 
 
 def test_decode_eager_facts() -> None:
@@ -49,9 +48,7 @@ def test_smells_and_train_step_families() -> None:
 
 
 def test_input_dims_are_read_when_recorded() -> None:
-    path = Path(PUBLIC) / "kineto" / "resnet50_2021_06.pt.trace.json.gz"
-    if not path.exists():
-        pytest.skip("public samples not available")
+    path = public("kineto/resnet50_2021_06.pt.trace.json.gz")
     w = workload(load(path))
     assert w.gpus[0]["name"] == "Tesla V100-DGXS-32GB"
     assert w.shapes, "record_shapes trace must yield shapes"
