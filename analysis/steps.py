@@ -12,10 +12,10 @@ before its GPU does (rank 0 of ``tests/data/ddp_allreduce_straggler``: host 13.6
   ``decode_step 12``, ``iteration 4``, ``train_step#7``): ``compile2`` is not step 2 of
   ``compile``, and ``layer3`` is a layer, not a repeat. ``NUMBERED`` is the one pattern for
   counts; ``family`` (display folding in ``analysis.phases``) uses it too.
-- A *family* is the phases of one process sharing the name before the count, at least
-  ``MIN_MEMBERS`` of them, not overlapping on the host, whose distinct counts are consecutive
-  (a count may restart: ``decode_step 0..23`` once per request). The outermost (shallowest)
-  family wins; more members, then the earlier one, break ties.
+- A *family* is the phases of one process sharing the name before the count, not overlapping
+  on the host, with at least ``MIN_MEMBERS`` distinct counts and none missing between them (a
+  count may restart: ``decode_step 0..23`` once per request; ``gemm_bf16_8192`` ×6 is one size).
+  The outermost (shallowest) family wins; more members, then the earlier one, break ties.
 - Step time is the median span of the steady steps. Warm-up steps (the first one, and any
   at least ``WARMUP_FACTOR`` × the median) are named and set apart: a 254 ms first step must not
   make a 15 ms range read 25 ms "per step".
@@ -135,8 +135,10 @@ def warmup_of(durations: list[int]) -> tuple[int, ...]:
 
 
 def _consecutive(counts: list[int]) -> bool:
+    """A loop counter: at least ``MIN_MEMBERS`` distinct counts with none missing between them
+    (``gemm_bf16_8192`` six times is one size, not six steps)."""
     distinct = sorted(set(counts))
-    return distinct[-1] - distinct[0] + 1 == len(distinct)
+    return len(distinct) >= MIN_MEMBERS and distinct[-1] - distinct[0] + 1 == len(distinct)
 
 
 def _disjoint(members: list[Phase]) -> bool:
