@@ -1,44 +1,63 @@
-"""Before/after: the same readings of two traces side by side, with differences and a verdict.
+"""Before/after: the same readings of two traces side by side, with differences, a verdict and a gate.
 
-Did the experiment shrink the blank region? THE blank region of BEFORE (``analysis.gaps.the_gap``)
-is located in its innermost phase (``decode_step 23``); AFTER is asked for its largest blank
-region in phases of the same family (``decode_step``), so a fix is judged where the problem was,
-not by whatever else became the largest gap. When the two traces differ in shape (another step
-count, another number of kernels per step) the comparison says so: it may compare unlike things.
+Every reading is the one the single-trace commands print (DESIGN.md):
+- blank regions follow THE gap's rule: the largest on the critical path (``GapColumns.the_index``);
+  idle stretches and the profiler's own flushes ("Activity Buffer Request") are no finding, here
+  either. THE blank region of BEFORE is located in its innermost phase (``decode_step 23``); AFTER
+  is asked for its largest such region in phases of the same family, so a fix is judged where the
+  problem was;
+- the device's work is *compute*, not busy: an NCCL kernel spinning while it waits for a peer, or a
+  pageable copy, keeps the device busy and computes nothing;
+- the step is the step owner's (``analysis.steps``);
+- the verdict names the largest change: the cause whose blank time on the critical path per step
+  moved most (a new 15 ms host island), with THE gap of AFTER when it is of that cause.
+
+``gate`` evaluates ``--fail-on`` conditions (``step>+5%``, ``compute<-10%``, ``gap>+20%``,
+``kernel:GLOB>+10%``): each is a relative change AFTER vs BEFORE held against a signed threshold.
+When the traces differ in shape (another step count, another number of kernels per step) the
+comparison says so: it may compare unlike things.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from gaplens.analysis.busy import compute_busy
-from gaplens.analysis.gaps import CAUSES, gap_columns, the_gap
+from gaplens.analysis.gaps import CAUSES, NOT_WORK, gap_columns, the_gap
 from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
-from gaplens.analysis.steps import step_of
-from gaplens.analysis.steps import steps as step_reading
+from gaplens.analysis.steps import steps
 from gaplens.analysis.summary import summary
-from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace
+from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace, TraceError
 
 #: Below this relative change a blank region "stayed about the same".
 SAME_WITHIN = 0.10
-
-
 #: Kernels per step may differ by this share before the traces count as differently shaped.
 SHAPE_TOLERANCE = 0.2
-CAUSE_IDLE = CAUSES.index("idle")
+#: What blank time of each cause is, in a sentence ("a new 15 ms host island").
+CAUSE_WORDS = {
+    "host": "host islands",
+    "launch": "launch overhead",
+    "sync": "synchronisation",
+    "copy": "copies",
+    "comm": "communication waits",
+    "dependency": "waits on queued work",
+    "unknown": "unexplained blank time",
+}
 
 
 @dataclass
 class PhaseStat:
-    """One phase family of one trace: summed span and busy time, largest blank inside."""
+    """One phase family of one trace: summed span and compute time, largest blank region inside."""
 
     name: str
     count: int = 0
     dur_ns: int = 0
-    busy_ns: int = 0
+    busy_ns: int = 0  # compute time inside the phases' GPU spans
     largest_blank_ns: int = 0
 
     @property
@@ -58,48 +77,66 @@ class Reading:
     window_ns: int
     busy_ns: int
     busy_pct: float
+    compute_ns: int
+    compute_pct: float
     kernels: int
     copies: int
     copy_bytes: int
-    steps: dict | None  # {label, count, median_ns, mean_ns}
+    steps: dict | None  # {label, count, median_ns, warmup}
     kernels_per_step: float | None
     copies_per_step: float | None
     copy_bytes_per_step: float | None
     gap: dict | None  # {start_ns, end_ns, dur_ns, cause, shares, on_critical_path, phase, family}
+    blank_by_cause: dict[str, int] = field(default_factory=dict)  # per steady step (or whole window), ns
+    blank_scope: str = "window"  # "per step" when blank_by_cause is per steady step
     phases: dict[str, PhaseStat] = field(default_factory=dict)
+    kernel_ns: dict[str, int] = field(default_factory=dict)  # per kernel name (for the gate; not in JSON)
+    kernel_scope_steps: int = 0  # steady steps the kernel times were summed over (0: whole trace)
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("kernel_ns")
+        d.pop("kernel_scope_steps")
         d["phases"] = [{**asdict(p), "busy_pct": p.busy_pct, "blank_ns": p.blank_ns} for p in self.phases.values()]
         return d
+
+
+def _eligible(cols) -> np.ndarray:
+    """THE gap's rule as a mask: on the critical path; without any, what the device was asked to fill."""
+    on = np.asarray(cols.on_path, dtype=bool)
+    if on.any():
+        return on
+    return ~np.isin(cols.cause, NOT_WORK)
 
 
 def read(trace: Trace) -> Reading:
     s = summary(trace, top=1)
     w0, w1 = s["window_ns"]
     cols = gap_columns(trace)
-    starved = cols.cause != CAUSE_IDLE
-    gs, ge = cols.start_ns[starved], cols.end_ns[starved]
+    ok = _eligible(cols)
+    gs, ge, gc = cols.start_ns[ok], cols.end_ns[ok], cols.cause[ok]
     plist = phases(trace)
     stats: dict[str, PhaseStat] = {}
     for p in plist:
-        st = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
-        st.count += 1
-        st.dur_ns += p.dur_ns
+        st_ = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
+        st_.count += 1
+        st_.dur_ns += p.dur_ns
         if p.lane >= 0:
-            st.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
-        st.largest_blank_ns = max(st.largest_blank_ns, _largest_inside(gs, ge, p.start_ns, p.end_ns))
+            st_.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
+        st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(gs, ge, p.start_ns, p.end_ns))
 
-    st = step_reading(trace)  # the one step (analysis.steps); per-step counts over its steady steps
-    steps = None
+    st = steps(trace)
+    step_d = st.to_json() if st else None
     kps = cps = bps = None
-    if st:
-        steady = [st.spans[k][1] - st.spans[k][0] for k in st.steady]
-        steps = {**(st.to_json() or {}), "mean_ns": int(np.mean(steady)) if steady else 0}
-        n = max(len(st.steady), 1)
-        kern, mem = np.flatnonzero(trace.mask((Kind.KERNEL,))), np.flatnonzero(trace.mask(MEMCPY_KINDS))
-        in_k, in_m = np.isin(step_of(trace, kern, st), st.steady), np.isin(step_of(trace, mem, st), st.steady)
-        kps, cps, bps = int(in_k.sum()) / n, int(in_m.sum()) / n, int(trace.bytes[mem][in_m].sum()) / n
+    steady = [st.spans[k] for k in st.steady] if st else []
+    kern = np.flatnonzero(trace.kind == int(Kind.KERNEL))
+    if steady:
+        k = _count_in(trace, steady, (Kind.KERNEL,))
+        c = _count_in(trace, steady, MEMCPY_KINDS)
+        b = _bytes_in(trace, steady, MEMCPY_KINDS)
+        kps, cps, bps = k / len(steady), c / len(steady), b / len(steady)
+        kern = _in_spans(trace, steady, (Kind.KERNEL,))
+    by_cause = _blank_by_cause(gs, ge, gc, steady, (w0, w1))
 
     gap = the_gap(trace)
     gap_d = None
@@ -116,49 +153,81 @@ def read(trace: Trace) -> Reading:
             "phase": inner.name if inner else "",
             "family": family(inner.name) if inner else "",
         }
+    gpu = s["gpu"]
+    window = max(w1 - w0, 0)
+    compute_ns = int(gpu.get("compute_ns", gpu["busy_ns"]))
     return Reading(
         path=s["source"]["path"],
-        window_ns=w1 - w0,
-        busy_ns=s["gpu"]["busy_ns"],
-        busy_pct=s["gpu"]["busy_pct"],
+        window_ns=window,
+        busy_ns=gpu["busy_ns"],
+        busy_pct=round(float(gpu["busy_pct"]), 2),
+        compute_ns=compute_ns,
+        compute_pct=round(100.0 * compute_ns / window, 2) if window else 0.0,
         kernels=s["kernels"]["count"],
         copies=s["memcpy"]["count"],
         copy_bytes=s["memcpy"]["bytes"],
-        steps=steps,
+        steps=step_d,
         kernels_per_step=kps,
         copies_per_step=cps,
         copy_bytes_per_step=bps,
         gap=gap_d,
+        blank_by_cause=by_cause,
+        blank_scope="per step" if steady else "window",
         phases=stats,
+        kernel_ns=_kernel_ns(trace, kern),
+        kernel_scope_steps=len(steady),
     )
 
 
-def _largest_inside(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
+def _largest_clipped(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
+    """The largest eligible blank region's part inside [t0, t1)."""
     if gs.size == 0 or t1 <= t0:
         return 0
     clipped = np.minimum(ge, t1) - np.maximum(gs, t0)
     return int(max(0, clipped.max()))
 
 
-def _in_spans(trace: Trace, spans: list[Phase], kinds) -> np.ndarray:
+def _blank_by_cause(
+    gs: np.ndarray, ge: np.ndarray, gc: np.ndarray, spans: list[tuple[int, int]], window: tuple[int, int]
+) -> dict[str, int]:
+    """Eligible blank time by cause: per steady step (clipped to the steps' spans) or over the window."""
+    use = spans or [window]
+    total = np.zeros(len(CAUSES), np.int64)
+    for a, z in use:
+        part = np.clip(np.minimum(ge, z) - np.maximum(gs, a), 0, None)
+        total += np.bincount(gc, weights=part, minlength=len(CAUSES)).astype(np.int64)[: len(CAUSES)]
+    n = len(spans) if spans else 1
+    return {c: int(v) // n for c, v in zip(CAUSES, total.tolist(), strict=True) if v > 0}
+
+
+def _kernel_ns(trace: Trace, idx: np.ndarray) -> dict[str, int]:
+    if idx.size == 0:
+        return {}
+    dur = trace.end_ns[idx] - trace.start_ns[idx]
+    ids, inv = np.unique(trace.name_id[idx], return_inverse=True)
+    tot = np.bincount(inv.reshape(-1), weights=dur)
+    return {trace.names[int(i)]: int(v) for i, v in zip(ids.tolist(), tot.tolist(), strict=True)}
+
+
+def _in_spans(trace: Trace, spans: list[Phase] | list[tuple[int, int]], kinds) -> np.ndarray:
     """GPU events of ``kinds`` starting inside any of the spans (vectorised)."""
     m = np.flatnonzero(trace.mask(kinds))
     if m.size == 0 or not spans:
         return m[:0]
-    order = sorted(spans, key=lambda p: p.start_ns)
-    s = np.asarray([p.start_ns for p in order], dtype=np.int64)
-    e = np.asarray([p.end_ns for p in order], dtype=np.int64)
+    pairs = sorted((p.start_ns, p.end_ns) if isinstance(p, Phase) else (int(p[0]), int(p[1])) for p in spans)
+    s = np.asarray([a for a, _ in pairs], dtype=np.int64)
+    e = np.asarray([z for _, z in pairs], dtype=np.int64)
     t = trace.start_ns[m]
     k = np.searchsorted(s, t, "right") - 1
     ok = (k >= 0) & (t < e[np.maximum(k, 0)])
     return m[ok]
 
 
-def _count_in(trace: Trace, spans: list[Phase], kinds) -> int:
+def _count_in(trace: Trace, spans, kinds) -> int:
     return int(_in_spans(trace, spans, kinds).size)
 
 
-def _bytes_in(trace: Trace, spans: list[Phase], kinds) -> int:
+def _bytes_in(trace: Trace, spans, kinds) -> int:
     return int(trace.bytes[_in_spans(trace, spans, kinds)].sum())
 
 
@@ -176,11 +245,16 @@ def _change(before: float | None, after: float | None) -> dict:
 def compare(before: Trace, after: Trace) -> dict:
     """Every reading of both traces, the differences and a plain verdict (JSON-ready)."""
     rb, ra = read(before), read(after)
+    return compare_readings(rb, ra)
+
+
+def compare_readings(rb: Reading, ra: Reading) -> dict:
     out: dict = {"before": rb.to_dict(), "after": ra.to_dict()}
     out["busy_pct"] = _change(rb.busy_pct, ra.busy_pct)
+    out["compute_pct"] = _change(rb.compute_pct, ra.compute_pct)
     out["kernels"] = _change(rb.kernels, ra.kernels)
     out["copies"] = _change(rb.copies, ra.copies)
-    same_steps = rb.steps and ra.steps and rb.steps["label"] == ra.steps["label"]
+    same_steps = _same_steps(rb, ra)
     out["step_time_ns"] = _change(
         rb.steps["median_ns"] if rb.steps else None, ra.steps["median_ns"] if same_steps and ra.steps else None
     )
@@ -204,9 +278,14 @@ def compare(before: Trace, after: Trace) -> dict:
         )
     out["phases"] = rows
     out["gap"] = _gap_verdict(rb, ra)
+    out["largest_change"] = largest_change(rb, ra)
     out["warnings"] = shape_warnings(rb, ra)
     out["verdict"] = _verdict(out)
     return out
+
+
+def _same_steps(rb: Reading, ra: Reading) -> bool:
+    return bool(rb.steps and ra.steps and rb.steps["label"] == ra.steps["label"])
 
 
 def shape_warnings(rb: Reading, ra: Reading) -> list[str]:
@@ -227,6 +306,30 @@ def shape_warnings(rb: Reading, ra: Reading) -> list[str]:
     return out
 
 
+def largest_change(rb: Reading, ra: Reading) -> dict | None:
+    """The cause whose blank time on the critical path moved most (per steady step when both are stepped alike)."""
+    if rb.blank_scope != ra.blank_scope or (rb.blank_scope == "per step" and not _same_steps(rb, ra)):
+        return None
+    causes = set(rb.blank_by_cause) | set(ra.blank_by_cause)
+    if not causes:
+        return None
+    diffs = {c: ra.blank_by_cause.get(c, 0) - rb.blank_by_cause.get(c, 0) for c in causes}
+    cause = max(sorted(diffs), key=lambda c: abs(diffs[c]))
+    res = {
+        "cause": cause,
+        "scope": rb.blank_scope,
+        "before_ns": rb.blank_by_cause.get(cause, 0),
+        "after_ns": ra.blank_by_cause.get(cause, 0),
+        "diff_ns": diffs[cause],
+        "the_gap_after": None,
+    }
+    if ra.gap and ra.gap["cause"] == cause and diffs[cause] > 0:
+        res["the_gap_after"] = {k: ra.gap[k] for k in ("dur_ns", "start_ns", "phase", "cause")}
+    if rb.gap and rb.gap["cause"] == cause and diffs[cause] < 0:
+        res["the_gap_before"] = {k: rb.gap[k] for k in ("dur_ns", "start_ns", "phase", "cause")}
+    return res
+
+
 def _gap_verdict(rb: Reading, ra: Reading) -> dict:
     """Judge the blank region where BEFORE had it: same phase family in AFTER."""
     gb, ga = rb.gap, ra.gap
@@ -237,7 +340,7 @@ def _gap_verdict(rb: Reading, ra: Reading) -> dict:
     where = gb["family"]
     before_ns = gb["dur_ns"]
     if where and where in ra.phases:
-        # The same measure on both sides: the largest blank clipped to that phase family.
+        # The same measure on both sides: the largest eligible blank region clipped to that phase family.
         before_ns = rb.phases[where].largest_blank_ns
         after_ns = ra.phases[where].largest_blank_ns
     elif where:
@@ -265,21 +368,140 @@ def _verdict(out: dict) -> str:
     from gaplens.analysis.units import fmt_ns
 
     g = out["gap"]
-    busy = out["busy_pct"]
-    if abs(busy["diff"]) <= 0.5:
-        busy_text = f"GPU busy share stayed at {busy['after']:.1f}%"
-    else:
-        direction = "rose" if busy["diff"] > 0 else "fell"
-        busy_text = f"GPU busy share {direction} from {busy['before']:.1f}% to {busy['after']:.1f}%"
+    parts = []
     if g["outcome"] in ("shrank", "grew", "about the same"):
         where = f" in {g['where']}" if g["where"] else ""
         outcome = "stayed about the same" if g["outcome"] == "about the same" else g["outcome"]
-        text = (
-            f"The blank region{where} {outcome}: largest {fmt_ns(g['before_ns'])} before, "
+        on = "on the critical path" if g["before"] and g["before"]["on_critical_path"] else "(off the critical path)"
+        parts.append(
+            f"The blank region{where} {outcome}: largest {on} {fmt_ns(g['before_ns'])} before, "
             f"{fmt_ns(g['after_ns'])} after ({g['pct']:+.0f}%)"
         )
     elif g["outcome"] == "phase missing after":
-        text = f"The blank region was in {g['where']}, which AFTER does not have: compare by hand"
+        parts.append(f"The blank region was in {g['where']}, which AFTER does not have: compare by hand")
     else:
-        text = "BEFORE has no blank region to shrink"
-    return f"{text}; {busy_text}."
+        parts.append("BEFORE has no blank region to shrink")
+    st = out["step_time_ns"]
+    if st["pct"] is not None:
+        moved = "grew" if st["diff"] > 0 else "shrank"
+        if abs(st["pct"]) < 100 * SAME_WITHIN / 2:
+            moved = "stayed about the same"
+        parts.append(
+            f"the {out['step_label']} {moved} from {fmt_ns(st['before'])} to {fmt_ns(st['after'])} ({st['pct']:+.0f}%)"
+        )
+    lc = out["largest_change"]
+    if lc and lc["diff_ns"]:
+        what = CAUSE_WORDS.get(lc["cause"], lc["cause"])
+        scope = f" per {out['step_label']}" if lc["scope"] == "per step" and out["step_label"] else ""
+        direction = "grew" if lc["diff_ns"] > 0 else "shrank"
+        text = (
+            f"largest change: {what} on the critical path{scope} {direction} from {fmt_ns(lc['before_ns'])} "
+            f"to {fmt_ns(lc['after_ns'])}"
+        )
+        ga = lc.get("the_gap_after")
+        if ga:
+            where = f" in {ga['phase']}" if ga["phase"] else ""
+            noun = "host island" if lc["cause"] == "host" else f"{lc['cause']} region"
+            text += f" (a {fmt_ns(ga['dur_ns'])} {noun}{where} is THE gap after)"
+        parts.append(text)
+    c = out["compute_pct"]
+    if abs(c["diff"]) <= 0.5:
+        parts.append(f"compute share stayed at {c['after']:.1f}%")
+    else:
+        direction = "rose" if c["diff"] > 0 else "fell"
+        parts.append(f"compute share {direction} from {c['before']:.1f}% to {c['after']:.1f}%")
+    return "; ".join(parts) + "."
+
+
+# ---- the gate ------------------------------------------------------------------
+
+_EXPR = re.compile(
+    r"^\s*(?P<metric>step|compute|gap|kernel:(?P<glob>.+?))\s*(?P<op>[<>])\s*(?P<val>[+-]?\d+(?:\.\d+)?)\s*%\s*$"
+)
+METRICS = "step>+N%, compute<-N%, gap>+N%, kernel:GLOB>+N%"
+
+
+@dataclass(frozen=True)
+class Condition:
+    """``step>+5%``: the relative change AFTER vs BEFORE of one metric, held against a signed threshold."""
+
+    expr: str
+    metric: str  # step | compute | gap | kernel
+    op: str  # ">" or "<"
+    threshold_pct: float
+    glob: str = ""
+
+
+def parse_fail_on(exprs: list[str]) -> list[Condition]:
+    """Conditions from ``--fail-on`` values (each may hold several, comma-separated); TraceError if malformed."""
+    out = []
+    for raw in exprs:
+        for part in _split(raw):
+            m = _EXPR.match(part)
+            if m is None:
+                raise TraceError(f"--fail-on {part!r}: expected one of {METRICS}")
+            metric = "kernel" if m.group("glob") is not None else m.group("metric")
+            out.append(Condition(part.strip(), metric, m.group("op"), float(m.group("val")), m.group("glob") or ""))
+    if not out:
+        raise TraceError(f"--fail-on needs a condition: {METRICS}")
+    return out
+
+
+def _split(raw: str) -> list[str]:
+    """Split on commas that follow a ``%`` (a glob may hold commas inside braces or brackets)."""
+    return [p for p in re.split(r"(?<=%)\s*,", raw) if p.strip()]
+
+
+def _metric(c: Condition, rb: Reading, ra: Reading) -> tuple[float | None, float | None, str, str]:
+    """(before, after, unit, why not) for one condition's metric."""
+    if c.metric == "step":
+        if not rb.steps or not ra.steps:
+            side = "BEFORE" if not rb.steps else "AFTER"
+            return None, None, "ns", f"{side} has no step (no numbered range family, no ProfilerStep#)"
+        if rb.steps["label"] != ra.steps["label"]:
+            return None, None, "ns", f"the steps differ: {rb.steps['label']} vs {ra.steps['label']}"
+        return rb.steps["median_ns"], ra.steps["median_ns"], "ns", ""
+    if c.metric == "compute":
+        return rb.compute_pct, ra.compute_pct, "%", ""
+    if c.metric == "gap":
+        return (rb.gap["dur_ns"] if rb.gap else 0), (ra.gap["dur_ns"] if ra.gap else 0), "ns", ""
+    per_step = rb.kernel_scope_steps > 0 and ra.kernel_scope_steps > 0 and _same_steps(rb, ra)
+
+    def total(r: Reading) -> float:
+        ns = sum(v for k, v in r.kernel_ns.items() if fnmatch.fnmatchcase(k, c.glob))
+        return ns / r.kernel_scope_steps if per_step else float(ns)
+
+    return total(rb), total(ra), "ns per step" if per_step else "ns", ""
+
+
+def gate(conditions: list[Condition], rb: Reading, ra: Reading) -> dict:
+    """Each condition judged on the two readings; ``exit_status`` 3 when one holds, 2 when one cannot be judged."""
+    rows = []
+    for c in conditions:
+        before, after, unit, why = _metric(c, rb, ra)
+        row: dict = {
+            "expr": c.expr,
+            "metric": c.metric,
+            "glob": c.glob or None,
+            "op": c.op,
+            "threshold_pct": c.threshold_pct,
+            "before": before,
+            "after": after,
+            "unit": unit,
+            "change_pct": None,
+            "holds": None,
+            "reason": why or None,
+        }
+        if before is not None and after is not None:
+            if before:
+                change = 100.0 * (after - before) / before
+            else:
+                change = 0.0 if after == before else (float("inf") if after > before else float("-inf"))
+            row["change_pct"] = round(change, 2) if np.isfinite(change) else None
+            row["change_infinite"] = not np.isfinite(change)
+            row["holds"] = bool(change > c.threshold_pct if c.op == ">" else change < c.threshold_pct)
+        rows.append(row)
+    failed = any(r["holds"] for r in rows)
+    unjudged = any(r["holds"] is None for r in rows)
+    status = 3 if failed else (2 if unjudged else 0)
+    return {"conditions": rows, "failed": failed, "exit_status": status}

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gaplens.analysis.compare import compare
 from gaplens.analysis.phases import family
+from gaplens.analysis.units import fmt_ns
+from gaplens.loaders.model import GPU_WORK_KINDS, Kind
 from gaplens.tui.cli import main
 from tests.conftest import loaded, meta, sample
 
@@ -17,22 +23,61 @@ def eager_vs_graphs() -> dict:
     return compare(loaded("decode_eager.json.gz"), loaded("decode_graphs.json.gz"))
 
 
-def test_decode_blank_region_shrinks_and_busy_rises(eager_vs_graphs: dict) -> None:
+def _kernel_union(trace) -> tuple[np.ndarray, np.ndarray]:
+    k = np.flatnonzero(trace.kind == int(Kind.KERNEL))
+    o = np.argsort(trace.start_ns[k], kind="stable")
+    s, e = trace.start_ns[k][o], trace.end_ns[k][o]
+    reach = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > reach[:-1]]
+    return s[new], np.maximum.reduceat(e, np.flatnonzero(new))
+
+
+def _flush_region_ns(trace) -> int:
+    """From raw events: the largest stretch between kernels that overlaps the profiler's "Activity Buffer Request"."""
+    name_ids = [i for i, n in enumerate(trace.names) if n == "Activity Buffer Request"]
+    flush = np.flatnonzero(np.isin(trace.name_id, name_ids))
+    assert flush.size, "the eager sample records the profiler's buffer flush"
+    us, ue = _kernel_union(trace)
+    gs, ge = ue[:-1], us[1:]  # the blank stretches between kernels
+    best = 0
+    for f in flush.tolist():
+        hit = (gs < trace.end_ns[f]) & (ge > trace.start_ns[f])
+        if hit.any():
+            best = max(best, int((ge - gs)[hit].max()))
+    return best
+
+
+def _compute_pct(trace) -> float:
+    """Compute share from raw events: union of kernel intervals (no NCCL in decode) over first..last GPU op."""
+    gpu = np.flatnonzero(trace.mask(GPU_WORK_KINDS))
+    starts, ends = _kernel_union(trace)
+    window = int(trace.end_ns[gpu].max() - trace.start_ns[gpu].min())
+    return 100.0 * float((ends - starts).sum()) / window
+
+
+def test_decode_blank_region_shrinks_and_compute_rises(eager_vs_graphs: dict) -> None:
     r = eager_vs_graphs
     g = r["gap"]
     assert g["where"] == "decode_step" and g["outcome"] == "shrank"
-    # Eager: the largest blank region in a decode step is ~2.8 ms (host-side sampling, .item()).
-    assert 2_000_000 < g["before_ns"] < 4_000_000
+    # THE gap's rule: the profiler's own buffer flush ("Activity Buffer Request", ~2.8 ms in eager) is
+    # larger than any blank region the host caused, but it is no finding; compare once judged it.
+    flush_ns = _flush_region_ns(loaded("decode_eager.json.gz"))
+    assert 2_500_000 < flush_ns < 3_200_000
+    assert g["before"]["cause"] != "profiler" and g["before"]["on_critical_path"]
+    assert g["before_ns"] < flush_ns
     assert g["after_ns"] < 0.5 * g["before_ns"]
     # All blank time per decode step: ~17 ms eager vs well under 1 ms replayed as a graph.
     per_before, per_after = g["blank_per_occurrence_ns"]
     assert per_before > 15_000_000 and per_after < 1_000_000
-    # Busy share: README says ~6 % eager; graphs are device-paced.
-    assert r["busy_pct"]["before"] == pytest.approx(6.4, abs=0.5)
-    assert r["busy_pct"]["after"] > 50 and r["busy_pct"]["diff"] > 40
+    # Compute share from the raw kernel intervals; the verdict speaks of compute, not busy.
+    cb, ca = _compute_pct(loaded("decode_eager.json.gz")), _compute_pct(loaded("decode_graphs.json.gz"))
+    assert r["compute_pct"]["before"] == pytest.approx(cb, abs=0.05)
+    assert r["compute_pct"]["after"] == pytest.approx(ca, abs=0.05)
     decode = next(p for p in r["phases"] if p["name"] == "decode")
     assert decode["busy_pct"]["before"] < 10 and decode["busy_pct"]["after"] > 75
-    assert "shrank" in r["verdict"] and "rose from 6.4% to 58.6%" in r["verdict"]
+    assert "shrank" in r["verdict"] and f"compute share rose from {cb:.1f}% to {ca:.1f}%" in r["verdict"]
+    # The largest change: the per-step launch overhead a CUDA graph replaces.
+    assert r["largest_change"]["cause"] == "launch" and r["largest_change"]["diff_ns"] < 0
 
 
 def test_step_time_kernels_and_copies(eager_vs_graphs: dict) -> None:
@@ -81,7 +126,7 @@ def test_cli_json_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", b, a]) == 0
     text = capsys.readouterr().out
     assert "verdict: The blank region in decode_step shrank" in text
-    assert "GPU busy" in text and "+52.1 pts" in text
+    assert "GPU busy" in text and "compute share" in text
     assert "copies per decode_step" in text and "largest blank region on the critical path" in text
     small = str(sample("smells.json.gz"))  # JSON shape on a small trace: loading is the slow part
     assert main(["compare", small, small, "--json"]) == 0
@@ -107,3 +152,105 @@ def test_nsys_captures_agree() -> None:
     assert decode["busy_pct"]["after"] > 75 > 10 > decode["busy_pct"]["before"]
     assert r["busy_pct"]["diff"] > 0
     assert r["copies_per_step"]["before"] == pytest.approx(5.0) and r["copies_per_step"]["after"] == pytest.approx(1.0)
+
+
+# ---- the DDP pair (tests/data): the step owner's step, compute not busy, the largest change named ----------
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _truth(name: str, span: str) -> float:
+    """Median over the profiled iterations of a span's CUDA-event time (ms), from the recording's meta.json."""
+    m = json.loads((DATA / f"{name}.meta.json").read_text())
+    vals = [
+        s["gpu_ms"]
+        for it in m["iterations"]
+        if it["tag"] == "profiled"
+        for s in it["spans"]
+        if s["name"] == span or s["name"].startswith(span + " ")
+    ]
+    return float(np.median(vals))
+
+
+def _host_truth(name: str, span: str) -> float:
+    m = json.loads((DATA / f"{name}.meta.json").read_text())
+    vals = [s["host_ms"] for it in m["iterations"] if it["tag"] == "profiled" for s in it["spans"] if s["name"] == span]
+    return float(np.median(vals))
+
+
+@pytest.fixture(scope="module")
+def ddp_rank1() -> dict:
+    from gaplens.loaders import load
+
+    return compare(load(str(DATA / "ddp_even_rank1.json.gz")), load(str(DATA / "ddp_straggler_rank1.json.gz")))
+
+
+def test_ddp_step_grew_and_the_new_host_island_is_named(ddp_rank1: dict) -> None:
+    """Rank 1 sleeps 20 ms in data_wait when straggling: its step roughly doubles (it once read "shrank 16%")."""
+    r = ddp_rank1
+    before, after = _truth("ddp_even_rank1", "train_step"), _truth("ddp_straggler_rank1", "train_step")
+    assert r["step_time_ns"]["before"] / 1e6 == pytest.approx(before, rel=0.03)
+    assert r["step_time_ns"]["after"] / 1e6 == pytest.approx(after, rel=0.03)
+    assert f"the train_step grew from {fmt_ns(r['step_time_ns']['before'])}" in r["verdict"]
+    lc = r["largest_change"]
+    assert lc["cause"] == "host" and lc["diff_ns"] > 15_000_000
+    island = lc["the_gap_after"]
+    assert island is not None and island["phase"].startswith("data_wait")
+    # the island is the straggler's data_wait (host-timed in meta.json, ~22 ms)
+    assert island["dur_ns"] / 1e6 == pytest.approx(_host_truth("ddp_straggler_rank1", "data_wait"), rel=0.1)
+    assert "host islands on the critical path per train_step grew" in r["verdict"]
+    assert "host island in data_wait is THE gap after" in r["verdict"]
+
+
+def test_ddp_rank0_waits_in_the_collective_it_does_not_compute() -> None:
+    """Rank 0 of the straggler job spins in NCCL while rank 1 sleeps: busy, not computing."""
+    from gaplens.loaders import load
+
+    r = compare(load(str(DATA / "ddp_even_rank0.json.gz")), load(str(DATA / "ddp_straggler_rank0.json.gz")))
+    assert r["compute_pct"]["diff"] < -20
+    assert "compute share fell" in r["verdict"] and "busy" not in r["verdict"]
+    assert r["largest_change"]["cause"] == "comm" and r["largest_change"]["diff_ns"] > 15_000_000
+
+
+# ---- the gate, through the real CLI ---------------------------------------------------------------------
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).parent / "gaplens"
+    cmd = (
+        [str(exe)]
+        if exe.exists()
+        else [sys.executable, "-c", "import sys; from gaplens.tui.cli import main; sys.exit(main())"]
+    )
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=300)
+
+
+EVEN, STRAGGLER = str(DATA / "ddp_even_rank1.json.gz"), str(DATA / "ddp_straggler_rank1.json.gz")
+
+
+def test_gate_fails_a_regression_with_exit_3_and_one_line_per_condition() -> None:
+    out = _cli("compare", EVEN, STRAGGLER, "--fail-on", "step>+10%", "--fail-on", "compute<-5%,kernel:*nccl*>+50%")
+    assert out.returncode == 3, out.stderr
+    gate = [ln for ln in out.stdout.splitlines() if ln.startswith("gate ")]
+    assert len(gate) == 3
+    assert gate[0].startswith("gate step>+10%: FAIL: step ")
+    assert gate[1].startswith("gate compute<-5%: FAIL: compute share ")
+    assert gate[2].startswith("gate kernel:*nccl*>+50%: pass: ")  # the same collectives ran, in the same time
+
+
+def test_gate_passes_an_improvement_with_exit_0_and_reports_json() -> None:
+    out = _cli("compare", STRAGGLER, EVEN, "--fail-on", "step>+10%,gap>+0%", "--json")
+    assert out.returncode == 0, out.stderr
+    gate = json.loads(out.stdout)["gate"]
+    assert gate["failed"] is False and gate["exit_status"] == 0
+    step, gap = gate["conditions"]
+    assert step["metric"] == "step" and step["holds"] is False and step["change_pct"] < -40
+    assert gap["metric"] == "gap" and gap["holds"] is False and gap["after"] < gap["before"]
+
+
+def test_gate_bad_expression_and_unjudgeable_condition_exit_2() -> None:
+    bad = _cli("compare", EVEN, STRAGGLER, "--fail-on", "steps>10")
+    assert bad.returncode == 2 and bad.stderr.startswith("gaplens: ") and len(bad.stderr.splitlines()) == 1
+    gpu_only = str(DATA / "gpu_only.json.gz")
+    out = _cli("compare", gpu_only, gpu_only, "--fail-on", "step>+1%")
+    assert out.returncode == 2 and "cannot judge" in out.stdout and "no step" in out.stderr

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from gaplens.analysis.compare import compare
+from gaplens.analysis.compare import METRICS, compare_readings, gate, parse_fail_on, read
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.tui.commands.common import load_trace, print_json
 
@@ -18,16 +19,32 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("before", help="trace before the change")
     p.add_argument("after", help="trace after the change")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help=f"exit 3 when a condition holds ({METRICS}; several allowed, or comma-separated)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    conditions = parse_fail_on(args.fail_on) if args.fail_on else []
     before, after = load_trace(args.before), load_trace(args.after)
-    result = compare(before, after)
+    rb, ra = read(before), read(after)
+    result = compare_readings(rb, ra)
+    status = 0
+    if conditions:
+        result["gate"] = gate(conditions, rb, ra)
+        status = result["gate"]["exit_status"]
     if args.json:
         print_json(result)
     else:
         print(render_text(result))
-    return 0
+    if status == 2:
+        why = next(c["reason"] for c in result["gate"]["conditions"] if c["holds"] is None)
+        print(f"gaplens: the gate cannot judge every condition: {why}", file=sys.stderr)
+    return status
 
 
 def _pct_change(c: dict) -> str:
@@ -63,6 +80,8 @@ def render_text(r: dict) -> str:
             f"{busy['diff']:+.1f} pts",
         )
     )
+    comp = r["compute_pct"]
+    lines.append(_row("compute share", f"{comp['before']:.1f}%", f"{comp['after']:.1f}%", f"{comp['diff']:+.1f} pts"))
     lines.append(_row("GPU window", _ns(b["window_ns"]), _ns(a["window_ns"]), ""))
     label = r["step_label"] or "step"
     st = r["step_time_ns"]
@@ -116,9 +135,44 @@ def render_text(r: dict) -> str:
             f"  {name:<30} {_opt_pct(pb['before']):>12} {_opt_pct(pb['after']):>12} "
             f"{_ns(pa['before']):>12} {_ns(pa['after']):>12}"
         )
+    causes = sorted(set(b["blank_by_cause"]) | set(a["blank_by_cause"]))
+    if causes and b["blank_scope"] == a["blank_scope"]:
+        scope = f"per {label}" if b["blank_scope"] == "per step" else "in the window"
+        lines += ["", f"blank time on the critical path by cause, {scope}"]
+        for c in causes:
+            nb, na = b["blank_by_cause"].get(c, 0), a["blank_by_cause"].get(c, 0)
+            lines.append(_row(c, fmt_ns(nb), fmt_ns(na), fmt_ns(na - nb) if na != nb else ""))
     lines += ["", f"verdict: {r['verdict']}"]
     lines += [f"warning: {w}" for w in r["warnings"]]
+    if "gate" in r:
+        lines.append("")
+        lines += [_gate_line(c) for c in r["gate"]["conditions"]]
     return "\n".join(lines)
+
+
+def _gate_value(v, unit: str) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.1f}%" if unit == "%" else fmt_ns(v)
+
+
+def _gate_line(c: dict) -> str:
+    """One line per condition: what was measured and whether it fails the gate."""
+    if c["holds"] is None:
+        return f"gate {c['expr']}: cannot judge: {c['reason']}"
+    if c.get("change_infinite"):
+        change = "new" if c["after"] > c["before"] else "gone"
+    else:
+        change = f"{c['change_pct']:+.1f}%"
+    what = {"kernel": f"kernel {c['glob']}", "compute": "compute share"}.get(c["metric"], c["metric"])
+    if c["metric"] == "compute" and not c.get("change_infinite"):
+        change += " relative"
+    per = " per step" if c["unit"] == "ns per step" else ""
+    verdict = "FAIL" if c["holds"] else "pass"
+    return (
+        f"gate {c['expr']}: {verdict}: {what}{per} {_gate_value(c['before'], c['unit'])} -> "
+        f"{_gate_value(c['after'], c['unit'])} ({change})"
+    )
 
 
 def _opt_pct(v) -> str:
