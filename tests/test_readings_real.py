@@ -176,7 +176,9 @@ def test_phases_time_like_cuda_events_on_every_rank(traces, name):
         for span in it["spans"]:
             p = inside.get(span["name"]) or (step if span["name"] == step.name else None)
             assert p is not None, span["name"]
-            assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10), (span["name"], p.dur_ns)
+            # M(range start)..M(range end) (DESIGN.md): the recorder's events sit tens of µs inside each
+            # range (after record_function's entry), so short ranges read up to ~0.1 ms longer.
+            assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10, abs=0.1), (span["name"], p.dur_ns)
             assert p.dur_ns <= step.dur_ns  # a child never outlasts its parent
             checked += 1
     assert checked >= 20
@@ -197,7 +199,7 @@ def test_a_range_counts_the_launches_of_its_process_s_other_threads():
     from tests.handbuilt import API, Builder, stream
 
     b = Builder()
-    b.phase(0, 10_000_000, "backward")
+    b.phase(0, 9_000_000, "backward")  # returns before autograd's last kernels finish
     b.launch(10_000, 20_000, 30_000, 40_000, name="fill")
     autograd = (API[0], API[1], 200)
     for k in range(20):
@@ -206,7 +208,10 @@ def test_a_range_counts_the_launches_of_its_process_s_other_threads():
         b.cols.add(autograd, t, t + 5_000, "cudaLaunchKernel", Kind.CUDA_API, b.corr)
         b.cols.add(stream(), t + 10_000, t + 400_000, f"grad{k}", Kind.KERNEL, b.corr)
     (bw,) = phases(b.trace())
-    assert bw.start_ns == 10_000 and bw.end_ns == 100_000 + 19 * 450_000 + 400_000
+    # CUDA events at the range's start (GPU idle: fires at 0) and end (fires when the last grad kernel,
+    # queued by autograd before the range ended, is done). Pinned the first launch call before: M(start) is
+    # DESIGN's definition, and a range whose first launch lags its start must not read short.
+    assert bw.start_ns == 0 and bw.end_ns == 100_000 + 19 * 450_000 + 400_000
     assert bw.device == 0 and bw.pid == API[1]
 
 
@@ -228,7 +233,7 @@ def test_nsys_report_of_two_ranks_times_each_rank(traces):
             for span in it["spans"]:
                 p = inside.get(span["name"]) or step
                 if it["iteration"] >= 2:  # past warm-up: CUDA events and the span agree
-                    assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10), (rank, span["name"])
+                    assert p.dur_ns / 1e6 == pytest.approx(span["gpu_ms"], rel=0.10, abs=0.1), (rank, span["name"])
 
 
 # ---- 4. processes are not mixed, library ranges are not phases ----------------------------------------
