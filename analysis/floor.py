@@ -217,6 +217,7 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
                 "sized_ns": 0.0,
                 "unsized_ns": 0.0,
                 "shapes": {},
+                "longest": int(f.gpu[j]),
             }
             kernel_time[key] = {}
             calls_seen[key] = set()
@@ -228,6 +229,8 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
                 shape = kernel_calls(trace).calls[c].shape_text
                 g["shapes"][shape] = g["shapes"].get(shape, 0) + 1
         g["kernels"] += 1
+        if f.time_ns[j] > trace.end_ns[g["longest"]] - trace.start_ns[g["longest"]]:
+            g["longest"] = int(f.gpu[j])  # the instance the roofline screen shows on the timeline
         g["time_ns"] += f.time_ns[j]
         kernel_time[key][kname] = kernel_time[key].get(kname, 0.0) + f.time_ns[j]
         if np.isnan(f.floor_ns[j]):
@@ -467,6 +470,20 @@ def floor_json(trace: Trace, gpu_spec: str | None = None) -> dict:
         "unsized_ns": total["unsized_ns"],
         "notes": notes,
     }
+
+
+def name_floor_pct(trace: Trace, name_ids: np.ndarray, gpu_spec: str | None = None) -> np.ndarray:
+    """Floor as a percentage of measured time per GPU-op name (the statistics screen's column), over the
+    name's sized instances; NaN where none is sized."""
+    f = floors(trace, gpu_spec)
+    ok = f.sized
+    ids = trace.name_id[f.gpu[ok]]
+    size = int(max(int(name_ids.max(initial=-1)), int(ids.max(initial=-1)))) + 1
+    floor = np.bincount(ids, weights=f.floor_ns[ok], minlength=size)
+    time = np.bincount(ids, weights=f.time_ns[ok], minlength=size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pct = np.where(time > 0, 100.0 * floor / time, np.nan)
+    return pct[name_ids]
 
 
 def floor_frame(trace: Trace, gpu_spec: str | None = None) -> pd.DataFrame:

@@ -76,6 +76,11 @@ def why_unsized(trace: Trace) -> str | None:
     return None
 
 
+def records_shapes(trace: Trace) -> bool:
+    """Whether a Kineto trace recorded operator shapes (the loader keeps ``Input Dims`` as details): cheap."""
+    return trace.meta.source_format == "kineto" and any(d.startswith("Input Dims") for d in trace.details)
+
+
 @per_trace
 def kernel_calls(trace: Trace) -> KernelCalls:
     """The launching call (and its size) of every kernel of a Kineto trace (memoised per trace)."""
@@ -84,7 +89,7 @@ def kernel_calls(trace: Trace) -> KernelCalls:
     if trace.meta.source_format != "kineto" or not trace.meta.path:
         empty.why = "not a Kineto trace"
         return empty
-    if not any(d.startswith("Input Dims") for d in trace.details):
+    if not records_shapes(trace):
         empty.why = "no Input Dims recorded"  # the loader keeps them as details: no need to read the file
         return empty
     try:

@@ -242,6 +242,19 @@ class GaplensApp(FinderApp, ProtocolApp):
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
+    def action_roofline(self) -> None:
+        """``F``: op families against the hardware floor (issue 20); enter shows one on the timeline."""
+        from gaplens.tui.screens.roofline import RooflineScreen
+
+        if self.model is None:
+            return
+
+        def picked(i: int | None) -> None:
+            if i is not None:
+                self.timeline.show_event(i)
+
+        self.push_screen(RooflineScreen(self.model.trace), picked)
+
     def action_toggle_details(self) -> None:
         if not self._details.display and self._timeline is not None:
             self._details.show(self._timeline.model, self._timeline.selection)

@@ -41,6 +41,17 @@ class StatsReady(Message):
     tables: dict[str, NameStats]
 
 
+@dataclass
+class FloorReady(Message):
+    """Floor / measured time (%) per kernel row (NaN: unsized), from ``analysis.floor``."""
+
+    pct: np.ndarray
+
+
+#: The kernels table's column of floor / measured time (issue 20); it arrives after the table.
+FLOOR_COLUMN = "floor_pct"
+
+
 def stats_cells(st: NameStats, k: int) -> list:
     """One row of a statistics table, in ``COLUMNS`` order."""
     return [
@@ -53,6 +64,12 @@ def stats_cells(st: NameStats, k: int) -> list:
         cell(fmt_ns(int(st.max_ns[k])), right=True),
         cell(st.name(k)),
     ]
+
+
+def _with_floor(cells: list, floor: np.ndarray | None, k: int) -> list:
+    """A kernels row with its floor cell before the name: … while computing, — when unsized."""
+    text = "…" if floor is None else "—" if np.isnan(floor[k]) else f"{floor[k]:.0f}%"
+    return [*cells[:-1], cell(text, right=True), cells[-1]]
 
 
 class StatsScreen(TabbedTables[int | None]):
@@ -75,6 +92,10 @@ class StatsScreen(TabbedTables[int | None]):
         self.trace = trace
         self.tables: dict[str, NameStats] = {}
         self.sort: dict[str, tuple[str, bool]] = {key: ("total_ns", True) for key, _, _ in TABLES}
+        self.floor_pct: np.ndarray | None = None
+        from gaplens.analysis.opcalls import records_shapes
+
+        self.with_floor = records_shapes(trace)  # no shapes: no floor column (nothing could be sized)
 
     def compose(self) -> ComposeResult:
         yield Static("Statistics: computing…", id="stats-title")
@@ -92,6 +113,20 @@ class StatsScreen(TabbedTables[int | None]):
         # Memoised per trace: the second T is instant; the first sorts each class once.
         self.post_message(StatsReady(table_stats(self.trace)))
 
+    @work(thread=True, exclusive=True, group="floor")
+    def compute_floor(self, name_ids: np.ndarray) -> None:
+        from gaplens.analysis.floor import name_floor_pct
+
+        try:
+            pct = name_floor_pct(self.trace, name_ids)
+        except Exception:  # a spec file or trace args that cannot be read: the column says unsized
+            pct = np.full(name_ids.size, np.nan)
+        self.post_message(FloorReady(pct))
+
+    def on_floor_ready(self, msg: FloorReady) -> None:
+        self.floor_pct = msg.pct
+        self._refill("kernels", keep_cursor=True)
+
     def on_stats_ready(self, msg: StatsReady) -> None:
         self.tables = msg.tables
         for key, _title, _kinds in TABLES:
@@ -99,18 +134,36 @@ class StatsScreen(TabbedTables[int | None]):
             st = self.tables[key]
             for column in COLUMNS:
                 width = name_width(st.name(k) for k in range(min(len(st), MAX_ROWS))) if column == "name" else None
+                if (
+                    column == "name" and key == "kernels" and self.with_floor
+                ):  # floor / measured, before the wide name column
+                    table.add_column("floor %", key=FLOOR_COLUMN)
                 table.add_column(HEADERS[column], key=column, width=width)
             self._refill(key)
         self._focus_table()
         self._title()
+        if self.with_floor:
+            self.compute_floor(self.tables["kernels"].name_id)
 
     # ---- sorting ----------------------------------------------------------------
     def _refill(self, key: str, keep_cursor: bool = False) -> None:
         st = self.tables[key]
         column, descending = self.sort[key]
-        order = st.order(column, descending)[:MAX_ROWS].tolist()
+        floor = self.floor_pct
+        if column == FLOOR_COLUMN and floor is not None:
+            keys = np.nan_to_num(floor, nan=-1.0)  # unsized rows last when descending
+            order = np.argsort(-keys if descending else keys, kind="stable")[:MAX_ROWS].tolist()
+        else:
+            order = st.order(column if column in COLUMNS else "total_ns", descending)[:MAX_ROWS].tolist()
         table = self.query_one(f"#stats-{key}", DataTable)
-        fill(table, [(str(k), stats_cells(st, k)) for k in order], keep_cursor)
+        if key == "kernels" and self.with_floor:
+            rows = [(str(k), _with_floor(stats_cells(st, k), floor, k)) for k in order]
+        else:
+            rows = [(str(k), stats_cells(st, k)) for k in order]
+        fill(table, rows, keep_cursor)
+        if key == "kernels" and self.with_floor:
+            label = "floor %" + ((" ▼" if descending else " ▲") if column == FLOOR_COLUMN else "")
+            table.columns[FLOOR_COLUMN].label = cell(label)  # type: ignore[index]
         for c in COLUMNS:
             label = HEADERS[c] + ((" ▼" if descending else " ▲") if c == column else "")
             table.columns[c].label = cell(label)  # type: ignore[index]

@@ -1,0 +1,107 @@
+"""The roofline screen (`F`) and the statistics screen's floor column: Pilot and SVG snapshot tests.
+
+shapes_stack (H200, record_shapes): 48 bf16 mm of 64x2048 by 2048x2048, elementwise ops, pinned copies.
+Expectations come from the raw JSON (which kernel is the longest aten::mm instance) and the table's
+H200 row, not from the screen's own numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from pathlib import Path
+
+from textual.widgets import DataTable, Static
+
+from gaplens.loaders import load
+from gaplens.tui.app import make_app
+from gaplens.tui.screens.roofline import RooflineScreen
+from gaplens.tui.screens.stats import StatsScreen
+from tests.pilot import readings_ready, snapshot_ready
+
+DATA = Path(__file__).parent / "data"
+TRACE = DATA / "shapes_stack.json.gz"
+
+
+def _longest_mm_kernel() -> tuple[int, float]:
+    with gzip.open(TRACE) as fh:
+        ev = json.load(fh)["traceEvents"]
+    mm = {e["args"]["External id"] for e in ev if e.get("cat") == "cpu_op" and e["name"] == "aten::mm"}
+    kernels = [e for e in ev if e.get("cat") == "kernel" and e["args"]["External id"] in mm]
+    k = max(kernels, key=lambda e: e["dur"])
+    return k["args"]["correlation"], k["dur"]
+
+
+async def _screen(pilot, kind, tries: int = 400):
+    for _ in range(tries):
+        await pilot.pause()
+        screen = pilot.app.screen
+        if isinstance(screen, kind) and screen.query_one(DataTable).row_count:
+            return screen
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{kind.__name__} never filled")
+
+
+def test_roofline_opens_plots_and_jumps_to_the_longest_instance():
+    trace = load(str(TRACE))
+    app = make_app(trace)
+    corr, dur_us = _longest_mm_kernel()
+
+    async def main() -> None:
+        async with app.run_test(size=(120, 40)) as pilot:
+            tl = await readings_ready(app, pilot)
+            await pilot.press("F")
+            screen = await _screen(pilot, RooflineScreen)
+            plot = str(screen.query_one("#roofline-plot", Static).render())
+            assert "bf16/fp16 990T" in plot and "fp8 1,979T" in plot  # the H200 row's dense roofs, labelled
+            assert "╱" in plot and "●1" in plot  # memory slope; the mm family, ranked first, ≥ 20% of time
+            title = str(screen.query_one("#roofline-title", Static).render())
+            assert "NVIDIA H200" in title and "4.80 TB/s" in title
+            table = screen.query_one(DataTable)
+            first = [str(c) for c in table.get_row_at(0)]
+            assert first[1] == "aten::mm" and first[2] == "bf16" and first[5] == "memory"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert not isinstance(app.screen, RooflineScreen)
+            assert tl.selection is not None
+            i = tl.selection.event
+            assert int(trace.corr[i]) == corr
+            assert abs(int(trace.end_ns[i] - trace.start_ns[i]) - dur_us * 1000) <= 1
+
+    asyncio.run(main())
+
+
+def test_stats_kernels_carry_a_floor_column():
+    app = make_app(load(str(TRACE)))
+
+    async def main() -> None:
+        async with app.run_test(size=(140, 40)) as pilot:
+            await readings_ready(app, pilot)
+            await pilot.press("T")
+            screen = await _screen(pilot, StatsScreen)
+            for _ in range(200):  # the floor column arrives after the table
+                await pilot.pause()
+                if screen.floor_pct is not None:
+                    break
+                await asyncio.sleep(0.02)
+            table = screen.query_one("#stats-kernels", DataTable)
+            labels = [str(c.label) for c in table.columns.values()]
+            assert any(lab.startswith("floor %") for lab in labels)
+            rows = [[str(c) for c in table.get_row_at(r)] for r in range(table.row_count)]
+            nvjet = [r for r in rows if r[-1].startswith("nvjet")]
+            assert nvjet and nvjet[0][-2].endswith("%")
+
+    asyncio.run(main())
+
+
+def test_roofline_snapshot(snap_compare):
+    """`F` on shapes_stack: the bf16/fp8/tf32/fp32 roofs of the H200 row, the memory slope, mm as ●1."""
+
+    async def ready(pilot) -> None:
+        await snapshot_ready(pilot)
+        await pilot.press("F")
+        await _screen(pilot, RooflineScreen)
+        await pilot.pause()
+
+    assert snap_compare(make_app(load(str(TRACE)), mono=False), terminal_size=(120, 36), run_before=ready)
