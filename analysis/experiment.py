@@ -56,7 +56,7 @@ GROUP_NAMES = {
     "launch": "launch-bound",
     "host": "host work",
     "sync": "synchronisation",
-    "copy": "copy-bound",
+    "copy": "copies",
     "comm": "waiting in communication",
     "dependency": "waiting on queued work",
     "unknown": "unexplained (the host side is missing)",
@@ -238,9 +238,6 @@ def experiment(trace: Trace) -> Experiment:
     compute_pct = _compute_pct(trace, st)
     quiet = total < DEVICE_PACED_BLANK_SHARE * steady_ns
     worth = DEVICE_PACED_BLANK_SHARE * steady_ns  # blank time elsewhere that outweighs a quiet host
-    if compute_pct < KERNEL_BOUND_PCT and quiet and warm_ns > total and warm_ns >= worth:
-        why = f"the on-path blank time lies in warm-up: {fmt_ns(warm_ns)} there against {fmt_ns(total)} {sd.words}"
-        return Experiment(WARMUP_LEVER, why, "warmup", warm_ns, warm_ns + total)
     if compute_pct < KERNEL_BOUND_PCT and quiet and dependency > total and dependency >= worth:
         why = (
             f"waiting on queued work: the device waited {fmt_ns(dependency)} off the host's path "
@@ -251,7 +248,8 @@ def experiment(trace: Trace) -> Experiment:
         where = sd.words if st else "while work was asked"
         blank = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of that time"
         why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {blank}"
-        return _device(trace, why, total, _steady_spans(trace, st), _outside_line(int(dur[outside].sum()), total))
+        facts = _outside_line(int(dur[outside].sum()), total) + _warm_line(warm_ns, total)
+        return _device(trace, why, total, _steady_spans(trace, st), facts)
     g = int(np.argmax(by))
     cause = CAUSES[g]
     blank = int(by[g])
@@ -288,6 +286,13 @@ def _steady_spans(trace: Trace, st: Steps) -> list[tuple[int, int]]:
     if not st or not st.steady:
         return [gpu_window(trace)]
     return [st.spans[k] for k in st.steady]
+
+
+def _warm_line(warm_ns: int, total: int) -> list[str]:
+    """Warm-up's on-path blank time, set apart, when it outweighs the steady steps': say where it went."""
+    if warm_ns <= total:
+        return []
+    return [f"{fmt_ns(warm_ns)} more on-path blank time lies in warm-up, set apart here; {WARMUP_LEVER}"]
 
 
 def _outside_line(outside_ns: int, total: int) -> list[str]:

@@ -85,6 +85,20 @@ COPY_LEVERS = {
     "peer": "overlap the peer copies with compute on a side stream, or place the data on the GPU that uses it",
 }
 
+#: The same for a program with no framework: CUDA runtime calls instead of PyTorch's.
+HPC_COPY_LEVERS = {
+    "pageable": "allocate the host buffers pinned (cudaMallocHost, cudaHostRegister) and copy with cudaMemcpyAsync "
+    "on a stream so it overlaps compute; better, keep the data resident on the device",
+    "pinned": "the copies are already pinned: issue them with cudaMemcpyAsync on their own stream so they overlap "
+    "compute, or keep the data resident on the device",
+    "dtoh": "copy back less and less often (check convergence every N steps); when a copy must stay, into pinned "
+    "memory with cudaMemcpyAsync and an event to wait on",
+    "dtoh_pinned": "copy back less and less often (check convergence every N steps); the copies already land in "
+    "pinned memory",
+    "device": "the copies stay on the device: avoid them (compute in place, write results where they are needed)",
+    "peer": "overlap the peer copies with compute on their own stream, or place the data on the GPU that uses it",
+}
+
 
 @dataclass(frozen=True)
 class Launches:
@@ -169,13 +183,17 @@ def copy_kinds(trace: Trace, idx: np.ndarray | list[int] | None = None) -> list[
     return out
 
 
-def copy_lever(trace: Trace, idx: np.ndarray | list[int] | None = None) -> str:
-    """The copy lever for the copies that cost most, naming their direction and memory kind."""
+def copy_lever(trace: Trace, idx: np.ndarray | list[int] | None = None, workload: str = "generic") -> str:
+    """The copy lever for the copies that cost most, naming their direction and memory kind.
+
+    A program with no framework (``hpc``) gets the CUDA runtime's words, not PyTorch's.
+    """
     found = copy_kinds(trace, idx)
     if not found:
-        return lever("copy_on_path", "generic")
+        return lever("copy_on_path", workload)
     top = found[0]
-    return f"{top.text} copies: {COPY_LEVERS[top.lever_key]}"
+    table = HPC_COPY_LEVERS if workload == "hpc" else COPY_LEVERS
+    return f"{top.text} copies: {table[top.lever_key]}"
 
 
 def fitted_lever(trace: Trace, smell: str, workload: str, copies: list[int] | None = None) -> str:
@@ -190,7 +208,7 @@ def fitted_lever(trace: Trace, smell: str, workload: str, copies: list[int] | No
     if smell == "host_island" and workload == "serving" and not tokenises(trace):
         return SERVING_ISLAND_NO_TOKENS
     if smell == "copy_on_path":
-        return copy_lever(trace, copies)
+        return copy_lever(trace, copies, workload)
     if smell == "comm":
         return COMM_LEVER
     if smell == "dependency":

@@ -433,8 +433,12 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
     raw: list[tuple[int, int, int, int, int, int]] = []  # (start, end, call, op, gap idx, device)
     for c, w in zip(calls.tolist(), waited.tolist(), strict=True):
         t = int(trace.end_ns[w])
-        k = int(np.searchsorted(g_start, t, "left"))
-        # The device drained when the awaited op ended; the gap starts then (or before the call returns).
+        # The device drained when the awaited op ended; the gap starts then (or before the call returns),
+        # or already holds that moment: a read-back copy is not compute, so the blank region after
+        # ``.item()`` begins before the awaited copy ends.
+        k = int(np.searchsorted(g_start, t, "right")) - 1
+        if k < 0 or gaps[k].end_ns <= t:
+            k += 1
         while k < len(gaps) and gaps[k].start_ns <= trace.end_ns[c]:
             g = gaps[k]
             if g.dur_ns >= limit and g.on_critical_path:

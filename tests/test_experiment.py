@@ -20,7 +20,7 @@ from gaplens.analysis.words import COMM_LEVER, LEVERS
 from gaplens.analysis.workload import kind
 from gaplens.loaders import load
 from gaplens.loaders.model import Kind
-from tests.conftest import public, shared_file
+from tests.conftest import ROOT, public, shared_file
 from tests.handbuilt import Builder
 
 US = 1_000
@@ -244,9 +244,61 @@ def test_copy_bound_share_on_a_copy_bound_step(monkeypatch):
     # on-path blank time of the steps, so it stays the group, now by that share.
     monkeypatch.setattr(ex, "COPY_BOUND_SHARE", 0.9)
     got = ex.experiment.__wrapped__(trace)
-    assert got.group == "copy" and got.because.startswith("copy-bound: 100% of ")
+    assert got.group == "copy" and got.because.startswith("copies: 100% of ")
 
 
 def test_levers_of_serving_smells_still_follow_the_workload():
     assert LEVERS["picket_fence"]["serving"].startswith(CAPTURE)
     assert np.isfinite(ex.DEVICE_PACED_BLANK_SHARE)
+
+
+# ---- round-3 recordings (tests/data/round3: never designed on) ------------------------------------------
+
+ROUND3 = ROOT / "tests" / "data" / "round3"
+
+
+def _raw(name: str) -> list[dict]:
+    with gzip.open(ROUND3 / name, "rt") as fh:
+        return json.load(fh)["traceEvents"]
+
+
+def test_copy_bound_recording_gets_the_pageable_copy_lever():
+    """copy_bound: CUDA events time copy_in at 84.6 of a 101.4 ms step (meta.json): copy-bound, HtoD pageable."""
+    meta = json.loads((ROUND3 / "copy_bound.meta.json").read_text())["summary"]
+    assert meta["span_gpu_ms_median"]["copy_in"] > COPY_SHARE_OF_STEP * meta["step_gpu_ms_median"]
+    exp = ex.experiment(load(ROUND3 / "copy_bound.json.gz"))
+    assert exp.group == "copy" and exp.because.startswith("copy-bound: ")
+    assert exp.lever.startswith("HtoD (Pageable → Device) copies: ") and "pin_memory" in exp.lever
+
+
+#: copy_bound's copy share of its step, well above ``COPY_BOUND_SHARE`` (0.5) so the verdict is not marginal.
+COPY_SHARE_OF_STEP = 0.75
+
+
+def test_pinned_copies_are_not_told_to_pin():
+    """copy_fixed copies from pinned memory (the writer's names say so): no pinned-memory advice anywhere."""
+    raw = _raw("copy_fixed.json.gz")
+    htod = [e["name"] for e in raw if e.get("cat") == "gpu_memcpy" and "HtoD" in e.get("name", "")]
+    assert htod and all("Pinned" in n for n in htod)
+    trace = load(ROUND3 / "copy_fixed.json.gz")
+    assert "pin_memory" not in Walkthrough(trace).experiment()[0]
+    for f in smells(trace):
+        if f.kind == "copy_on_path":
+            assert "pin_memory" not in f.lever and "already pinned" in f.lever
+
+
+@pytest.mark.parametrize(("name", "graphed"), [("graphs_fault.json.gz", False), ("graphs_fixed.json.gz", True)])
+def test_graph_advice_follows_the_graph_launches_in_the_file(name, graphed):
+    raw = sum(1 for e in _raw(name) if e.get("name") == "cudaGraphLaunch")
+    assert (raw > 0) is graphed
+    trace = load(ROUND3 / name)
+    assert launches(trace).graphs == raw
+    lever = ex.experiment(trace).lever
+    assert (CAPTURE in lever) is not graphed
+
+
+def test_hpc_copy_lever_speaks_cuda_not_pytorch():
+    trace = load(public("pipit/cloverleaf_nsys2024.5.sqlite"))
+    assert kind(trace) == "hpc"
+    lever = fitted_lever(trace, "copy_on_path", "hpc")
+    assert "cudaMallocHost" in lever and "pin_memory" not in lever and "DataLoader" not in lever
