@@ -227,20 +227,42 @@ def _warmup_launches(trace: Trace, cls: np.ndarray) -> Callable[[np.ndarray], np
 
 
 def next_compute_ops(trace: Trace, devices: np.ndarray, gap_end: np.ndarray) -> np.ndarray:
-    """For each gap end, the compute op of that device starting first at or after it (-1 if none)."""
-    out = np.full(gap_end.size, -1, dtype=np.int64)
+    """For each gap end, the compute op of that device starting first at or after it (-1 if none).
+
+    A region at the window's end has no compute after it; the GPU op that ends it (a copy, a
+    collective) stands in, so its launching thread still explains it.
+    """
+    out = _first_at_or_after(trace, compute_mask(trace), devices, gap_end)
+    none = out < 0
+    if none.any():
+        from gaplens.analysis.busy import gpu_work
+
+        work = np.zeros(len(trace), bool)
+        work[gpu_work(trace)] = True
+        out[none] = _first_at_or_after(trace, work, devices[none], gap_end[none], before=True)
+    return out
+
+
+def _first_at_or_after(
+    trace: Trace, mask: np.ndarray, devices: np.ndarray, t: np.ndarray, before: bool = False
+) -> np.ndarray:
+    """Per (device, t): the op of ``mask`` starting first at or after t; with ``before``, else the last one
+    starting before t (the op running at a trailing region's end)."""
+    out = np.full(t.size, -1, dtype=np.int64)
     dev_of = trace.device_of_event()
-    work = compute_mask(trace)
     for dev in np.unique(devices).tolist():
-        ops = np.flatnonzero(work & (dev_of == dev))
+        ops = np.flatnonzero(mask & (dev_of == dev))
         m = devices == dev
         starts = trace.start_ns[ops]
         order = np.lexsort((trace.end_ns[ops], starts))
         s_sorted = starts[order]
-        k = np.searchsorted(s_sorted, gap_end[m], "left")
+        k = np.searchsorted(s_sorted, t[m], "left")
         ok = k < s_sorted.size
         got = np.full(int(m.sum()), -1, dtype=np.int64)
         got[ok] = ops[order[k[ok]]]
+        if before:
+            back = ~ok & (s_sorted.size > 0)
+            got[back] = ops[order[np.maximum(k[back] - 1, 0)]] if s_sorted.size else -1
         out[m] = got
     return out
 
@@ -416,6 +438,12 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
         return _overlapping(trace, g, comm_mask(trace), comm_rows(trace).get(g.device, []), limit)
     if g.cause == "profiler":
         return _overlapping(trace, g, trace.kind == int(Kind.OVERHEAD), overhead_rows(trace), limit)
+    if g.cause == "copy":
+        # The copies themselves are the evidence (DESIGN.md § Blank region), then the launching thread's side.
+        rows = [r for ln in trace.gpu_lanes(g.device) for r in trace.rows_of(ln.id)]
+        copies = _overlapping(trace, g, copy_mask(trace), rows, max(limit // 2, 1))
+        rest = evidence(trace, Gap(g.device, g.start_ns, g.end_ns, g.on_critical_path, "host"), nxt, limit)
+        return list(dict.fromkeys(copies + rest))[:limit]
     out: list[int] = []
     if nxt < 0:
         return out

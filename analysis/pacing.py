@@ -13,15 +13,16 @@ on its stream is device-paced. A phase is ``cpu-bound`` when most of its ops wai
 for their launch and the device was busy less than ``BUSY_DENSE`` of the phase;
 ``device-paced`` when most ops waited for the device; ``mixed`` otherwise. Only compute
 counts: a phase whose span the device spent mostly in communication is ``comm-bound``
-(waiting for a peer sets no pace), and one whose device ran nothing is ``idle``.
+(waiting for a peer sets no pace), one spent mostly in copies ``copy-bound``, and one whose
+device ran nothing is ``idle``. Launch lag is never negative: an op that started before its call
+returned (graph launches, host/device clock skew) has lag 0.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from gaplens.analysis.busy import device_splits, gpu_work
-from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.busy import compute_mask, device_splits
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Trace
@@ -37,8 +38,7 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     """
     gr = graph(trace)
     devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    ops = gpu_work(trace)
-    ops = ops[~comm_mask(trace)[ops]]
+    ops = np.flatnonzero(compute_mask(trace))  # compute only: copies and collectives set no pace
     if device is not None:
         ops = ops[trace.device_of_event()[ops] == device]
     m = (trace.start_ns[ops] >= t0) & (trace.start_ns[ops] < t1)
@@ -48,17 +48,26 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     splits = device_splits(trace)
     compute = sum(splits[d].compute.busy_in(t0, t1) for d in devices if d in splits)
     comm = sum(splits[d].comm.busy_in(t0, t1) for d in devices if d in splits)
+    copy = sum(splits[d].copy.busy_in(t0, t1) for d in devices if d in splits)
     row["busy_pct"] = round(100.0 * compute / dur, 2)
     row["comm_pct"] = round(100.0 * comm / dur, 2)
+    row["copy_pct"] = round(100.0 * copy / dur, 2)
     if row["comm_pct"] > 100 * MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
         row.update({"verdict": "comm-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
+        return row
+    if row["copy_pct"] > 100 * MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
+        row.update({"verdict": "copy-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row
     if sel.size == 0:
         row.update({"verdict": "idle", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row
     a = trace.launch[sel]
     has = a >= 0
-    lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
+    # An op can start before its launch call returns (graph launches, clocks of host and device a few
+    # hundred ns apart): no negative lag is printed, it is zero (row["clamped"] counts them).
+    raw_lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
+    row["clamped"] = int((raw_lag < 0).sum())
+    lag = np.maximum(raw_lag, 0)
     b = gr.binding[sel]
     launch_bound = float(np.mean(b == Edge.LAUNCH))
     device_bound = float(np.mean(np.isin(b, (Edge.STREAM, Edge.WAIT))))

@@ -55,7 +55,9 @@ def test_details_of_the_largest_blank_region():
     model = with_readings(build_model(trace), compute(trace))
     g = model.readings.largest
     lines = dict(describe(model, Selection(g.start_ns, g.end_ns, gap=g)))
-    assert "largest" in lines["GPU idle"] and "57.7 ms" in lines["time"]  # the tokenize host island
+    # The tokenize host island: 57.7 ms between kernels, 57.8 ms since copies are not compute (the blank
+    # region takes in the small copy at its start).
+    assert "largest" in lines["blank"] and "57.8 ms" in lines["time"]
 
 
 def _hostile_trace():

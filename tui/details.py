@@ -73,7 +73,7 @@ def _compact(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
 # Which facts share a line in the compact panel (the first one names the line); facts whose
 # value says what it is are merged without their label.
 _MERGE = (
-    ("GPU idle", "device", "time"),
+    ("blank", "device", "time"),
     ("cause", "shares", "critical path"),
     ("kind", "lane"),
     ("args", "bytes", "correlation"),
@@ -83,7 +83,7 @@ _MERGE = (
 _UNLABELLED = {"device", "time", "lane", "shares"}
 #: The lines a compact panel keeps first.
 _PRIORITY = (
-    "GPU idle",
+    "blank",
     "cause",
     "evidence",
     "note",
@@ -143,7 +143,9 @@ def _describe(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]:
     if int(t.launch[i]) >= 0:
         j = int(t.launch[i])
         lag = int(t.start_ns[i]) - int(t.end_ns[j])
-        lines.append(("launched by", f"{t.names[int(t.name_id[j])]}  (launch lag {fmt_ns(lag)}; o to jump)"))
+        # Started before its call returned (graph launch, host/device clock skew): never a negative lag.
+        said = f"launch lag {fmt_ns(lag)}" if lag >= 0 else f"started {fmt_ns(-lag)} before the call returned"
+        lines.append(("launched by", f"{t.names[int(t.name_id[j])]}  ({said}; o to jump)"))
     elif kind == Kind.CUDA_API:
         ops = model.launched_by(i)
         if ops.size:
@@ -160,7 +162,8 @@ def _describe_gap(model: TimelineModel, g: Gap) -> list[tuple[str, str]]:
     if readings.largest is not None and g == readings.largest:
         title += " · the largest on the critical path" if g.on_critical_path else " · the largest"
     lines = [
-        ("GPU idle", f"{fmt_ns(g.dur_ns)} {title}"),
+        # "GPU idle" only when nothing was asked (DESIGN.md § Idle vs starved); otherwise the device waited.
+        ("blank", f"{fmt_ns(g.dur_ns)} {title}" + (" · GPU idle: nothing was asked" if g.cause == "idle" else "")),
         ("time", _span(g.start_ns, g.end_ns)),
         ("device", f"GPU {g.device}"),
     ]

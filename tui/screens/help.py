@@ -17,7 +17,7 @@ from gaplens.tui.protocol import PROTOCOL_KEYS
 LEGEND = (
     ("█ ▓ ▒ ░", "busy share of a cell when many events fall in it"),
     ("▏▎▍▌▋▊▉", "bar edges in eighths of a cell when zoomed in"),
-    ("·", "blank region on the critical path (GPU idle, waiting for the host)"),
+    ("·", "blank region on the critical path (the device waited for the host)"),
     ("━", "the largest blank region on the critical path"),
     ("A B", "markers (1, 2) on the ruler; the header shows the time between them"),
     ("+N", "N deeper nesting levels not drawn"),
