@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from gaplens.analysis.gaps import analyse_gaps, largest_on_critical_path
-from gaplens.analysis.memory import memory_rows, steps
+from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.pacing import pacing
 from gaplens.analysis.phases import phases
 from gaplens.analysis.smells import smells
+from gaplens.analysis.steps import steps
 from tests.conftest import loaded
 
 SMELLS = ["smells.json.gz", "nsys_smells.sqlite.gz"]
@@ -110,7 +111,10 @@ def test_dense_matmul_is_dense_device_paced_and_clean(smelly):
     for p in named(tr, "dense_matmul"):
         r = rows[(p.name, p.start_ns)]
         assert r["verdict"] == "device-paced" and r["busy_pct"] > 95
-        inside = [f for f in findings if overlap(f.start_ns, f.end_ns, p.start_ns, p.end_ns) > 0.01 * p.dur_ns]
+        # No finding belongs to dense_matmul or starts in it. (The span starts where an event at the range's
+        # start would fire, so log_loss's sync cliff can end a fraction of a ms inside it: the device idles
+        # until dense_matmul's first GEMM is launched. That cliff is log_loss's.)
+        inside = [f for f in findings if f.family == "dense_matmul" or p.start_ns <= f.start_ns < p.end_ns]
         assert not inside, [f.kind for f in inside]
 
 
@@ -146,7 +150,7 @@ def test_eager_decode_is_launch_bound_with_a_sync_cliff_each_step(name):
     assert with_fence >= 0.9 * len(decode_steps)
     # The decode step is the step; steady decode moves a few bytes per step across the bus.
     st = steps(tr)
-    assert st.family == "decode_step"
+    assert st.label == "decode_step"
     rows = {r["direction"]: r for r in memory_rows(tr, st)}
     assert rows["DtoH"]["every_step"] and rows["DtoH"]["bytes_per_step"] < 1024
 

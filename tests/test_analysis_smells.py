@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from gaplens.analysis.gaps import analyse_gaps
-from gaplens.analysis.memory import memory_rows, steps
+from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.pacing import pacing_row
 from gaplens.analysis.smells import smells
+from gaplens.analysis.steps import steps
 from gaplens.loaders.model import Kind
 from tests.handbuilt import Builder
 

@@ -55,6 +55,13 @@ def test_stack_and_shapes_capture():
     (family,) = step_families(trace)
     assert (family.label, family.count) == ("step", 3)
     truth = _truth("shapes_stack")
+    meta = json.loads((DATA / "shapes_stack.meta.json").read_text())
+    host = {s["name"]: s["host_ms"] for it in meta["iterations"] for s in it["spans"]}
     got = {p.name: p.dur_ns / 1e6 for p in phases(trace)}
     for name in ("step 0", "step 1", "step 2"):
-        assert got[name] == pytest.approx(truth[name], rel=0.05)
+        # M(start)..M(end) (DESIGN.md): nothing was queued when each step opened and its work was done
+        # when it closed, so events at the range's start and end measure its host span (perf_counter).
+        # The recorder's own events sit inside the range (step 0's first record came 3.3 ms in, after
+        # CUDA-event setup), so they read shorter. This pinned those events while phases started at
+        # the first CUDA call.
+        assert got[name] == pytest.approx(host[name], rel=0.05) and got[name] >= truth[name]
