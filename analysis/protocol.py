@@ -18,6 +18,7 @@ from gaplens.analysis.notes import Notes
 from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
 from gaplens.analysis.smells import SmellGroup, rollup, smells
+from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
     CAUSE_WORDS,
@@ -30,6 +31,22 @@ from gaplens.analysis.words import (
 from gaplens.analysis.workload import Workload, workload
 from gaplens.loaders.model import Trace
 
+#: Phase families listed in step 2, and busy verdicts per family in step 3: a panel's height, not a finding.
+MAX_PHASE_FACTS = 13
+MAX_FAMILY_VERDICTS = 8
+MAX_ZOOM_OUT_FACTS = 18
+#: Evidence events listed in step 5 (the rest stay selected on the timeline).
+MAX_EVIDENCE = 6
+#: Enclosing phases named for THE gap ("in request 3 › decode › decode_step 7").
+WHERE_DEPTH = 3
+#: A cause's share of a gap below half a percent prints as 0%: not listed.
+SHARE_SHOWN = 0.005
+#: The smallest margin around a highlighted region, so a sub-microsecond gap still shows its neighbours.
+VIEW_MIN_PAD_NS = 1_000
+#: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
+PROFILER_NOTE_SHARE = 0.25
+#: A smell this far from a gap (or the gap's own length, if longer) is not "nearest" to it.
+NEAREST_SMELL_NS = 1_000_000
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -155,7 +172,7 @@ class Walkthrough:
                 count = f"{len(ps)} × " if len(ps) > 1 else ""
                 facts.append(f"{count}{fam}: {fmt_ns(sum(p.dur_ns for p in ps))} on the GPU")
         if facts:
-            facts = facts[:13]
+            facts = facts[:MAX_PHASE_FACTS]
             facts.append("they are drawn on the phases row at the top; select one (enter) and press m to rename it")
         else:
             facts.append("no NVTX / record_function ranges: mark the phases yourself (m, then m again, then a name)")
@@ -197,13 +214,13 @@ class Walkthrough:
                 acc[0] += busy * p.dur_ns
                 acc[1] += p.dur_ns
             prefix = f"[{pid}] " if len(groups) > 1 else ""
-            for fam, (b, d) in list(fams.items())[:8]:
+            for fam, (b, d) in list(fams.items())[:MAX_FAMILY_VERDICTS]:
                 if d > 0:
                     facts.append(f"{prefix}{fam}: {busy_verdict(b / d)}")
         for m in self.notes.phases if self.notes else []:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
                 facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
-        return self._make(3, facts[:18], View(window_ns=self.window_ns, show_phases=True))
+        return self._make(3, facts[:MAX_ZOOM_OUT_FACTS], View(window_ns=self.window_ns, show_phases=True))
 
     def _compute_pct(self, t0: int, t1: int) -> float:
         busy = sum(compute_busy(self.trace, d.id).busy_in(t0, t1) for d in self.share.devices)
@@ -238,10 +255,10 @@ class Walkthrough:
             return []
         for p in chain(self.phases, inner):
             same = [q.dur_ns for q in self.phases if q.pid == p.pid and family(q.name) == family(p.name)]
-            if len(same) < 3 or family(p.name) == p.name:
+            if len(same) < MIN_MEMBERS or family(p.name) == p.name:
                 continue
             median = sorted(same)[len(same) // 2]
-            if p.dur_ns > 2 * median:
+            if p.dur_ns >= WARMUP_FACTOR * median:
                 return [
                     f"{p.name} took {fmt_ns(p.dur_ns)}, {p.dur_ns / max(median, 1):.0f}× the median "
                     f"{family(p.name)} ({fmt_ns(median)}): a warm-up step (lazy loading, autotuning); "
@@ -253,7 +270,7 @@ class Walkthrough:
         inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
         if inner is None:
             return ""
-        names = [p.name for p in chain(self.phases, inner)[-3:]]
+        names = [p.name for p in chain(self.phases, inner)[-WHERE_DEPTH:]]
         proc = f" (process {inner.pid})" if len(by_process(self.phases)) > 1 else ""
         return " in " + " › ".join(names) + proc
 
@@ -263,7 +280,7 @@ class Walkthrough:
         if g is None:
             return self._make(5, ["nothing on the critical path to explain"], View())
         shares = ", ".join(
-            f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]) if v >= 0.005
+            f"{k} {100 * v:.0f}%" for k, v in sorted(g.shares.items(), key=lambda kv: -kv[1]) if v >= SHARE_SHOWN
         )
         facts = [f"cause: {g.cause} ({shares}): {CAUSE_WORDS[g.cause]}"]
         if g.message:
@@ -274,7 +291,7 @@ class Walkthrough:
         check = clock_check(self.trace)
         if check is not None:
             facts.append(f"warning: {check.message}")
-        for i in g.evidence[:6]:
+        for i in g.evidence[:MAX_EVIDENCE]:
             facts.append("evidence: " + describe(self.trace, i))
         view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns), select=list(g.evidence))
         return self._make(5, facts, view)
@@ -297,7 +314,7 @@ class Walkthrough:
         g = self.gap
         if exp.highlight_ns is not None:
             a, b = exp.highlight_ns
-            pad = max((b - a) // 2, 1_000)
+            pad = max((b - a) // 2, VIEW_MIN_PAD_NS)
             view = View(window_ns=(max(0, a - pad), b + pad), highlight_ns=exp.highlight_ns)
         elif g is not None:
             view = View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns))
@@ -318,7 +335,7 @@ class Walkthrough:
 
 def gap_view(g: Gap) -> tuple[int, int]:
     """A window with the gap in its middle half, so its neighbours show what came before and after."""
-    pad = max(g.dur_ns // 2, 1_000)
+    pad = max(g.dur_ns // 2, VIEW_MIN_PAD_NS)
     return max(0, g.start_ns - pad), g.end_ns + pad
 
 
@@ -338,7 +355,7 @@ def profiler_note(trace: Trace, g: Gap) -> list[str]:
     if g.cause == "profiler" or g.dur_ns <= 0:
         return []
     share = overhead_spans(trace).busy_in(g.start_ns, g.end_ns) / g.dur_ns
-    if share < 0.25:
+    if share < PROFILER_NOTE_SHARE:
         return []
     return [f"note: the profiler's own work covers {100 * share:.0f}% of this region: part of it is an artefact"]
 
@@ -355,6 +372,6 @@ def nearest_smell(trace: Trace, g: Gap, kind: str) -> SmellGroup | None:
             d = max(0, f.start_ns - g.end_ns, g.start_ns - f.end_ns)  # 0 when they overlap
             if best_d is None or d < best_d:
                 best, best_d = grp, d
-    if best is None or best_d is None or best_d > max(g.dur_ns, 1_000_000):
+    if best is None or best_d is None or best_d > max(g.dur_ns, NEAREST_SMELL_NS):
         return None
     return best

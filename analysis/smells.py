@@ -76,6 +76,12 @@ CLIFF_MERGE_NS = 1_000_000
 CLIFF_MERGE_SHARE = 0.02
 #: Starved gaps on the path filling a quarter of the window are a finding even when none crosses a threshold.
 MOSTLY_BLANK = 0.25
+#: A finding lies in a phase when this share of it does (start-up and set-up outside every phase are no smell).
+IN_PHASE_SHARE = 0.5
+#: A sync cliff says the device was waiting in communication when a quarter of the blocked time was.
+CLIFF_COMM_SHARE = 0.25
+#: Largest gaps whose evidence a mostly-blank finding quotes.
+BLANK_EVIDENCE_GAPS = 3
 
 KINDS = SMELLS
 
@@ -164,7 +170,7 @@ def mostly_blank(trace: Trace, gaps: list[Gap]) -> list[Finding]:
         by_cause[g.cause] = by_cause.get(g.cause, 0) + g.dur_ns
     cause = max(by_cause, key=lambda c: by_cause[c])
     kind = CAUSE_SMELL[cause]
-    biggest = sorted(on, key=lambda g: -g.dur_ns)[:3]
+    biggest = sorted(on, key=lambda g: -g.dur_ns)[:BLANK_EVIDENCE_GAPS]
     ev = [i for g in biggest for i in g.evidence[:2]]
     return [
         Finding(
@@ -326,7 +332,7 @@ def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
 
 
 def _share_text(share: float) -> str:
-    return "<1%" if share < 0.01 else f"{100 * share:.0f}%"
+    return "<1%" if share < 0.01 else f"{100 * share:.0f}%"  # a share under 1% prints as "<1%"
 
 
 def step_share(st: Steps, t0: int, t1: int) -> float | None:
@@ -476,7 +482,7 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
         first = f.evidence[0]
         comm = (
             f" ({fmt_ns(n['blocked_in_comm_ns'])} of it while the device waited in communication)"
-            if n["blocked_in_comm_ns"] >= n["blocked_ns"] // 4
+            if n["blocked_in_comm_ns"] >= CLIFF_COMM_SHARE * n["blocked_ns"]
             else ""
         )
         f.summary = (
@@ -504,7 +510,7 @@ def in_phases(trace: Trace, t0: int, t1: int) -> bool:
     found = phases(trace)
     if not found:
         return True
-    half = (t1 - t0) / 2
+    half = IN_PHASE_SHARE * (t1 - t0)
     return any(
         min(b, t1) - max(a, t0) >= half
         for p in found
