@@ -527,8 +527,9 @@ def size_elementwise(name: str, a: Args) -> OpSize | None:
         shape = _broadcast(*(a.shape(i) or [] for i in operands))
     except ValueError:
         return None
-    item = 1 if base in _BOOL_OUT else max(a.itemsize(i) for i in operands)
-    return OpSize(0.0, sum(a.nbytes(i) for i in operands) + math.prod(shape) * item, a.dtype(ts[0]), "bytes")
+    widest = max(operands, key=a.itemsize)  # the result dtype: the widest operand (``where``'s bool mask is not it)
+    item = 1 if base in _BOOL_OUT else a.itemsize(widest)
+    return OpSize(0.0, sum(a.nbytes(i) for i in operands) + math.prod(shape) * item, a.dtype(widest), "bytes")
 
 
 def size_reduction(name: str, a: Args) -> OpSize | None:

@@ -301,3 +301,106 @@ def test_public_trace_with_shapes_a100():
     data = floor_json(trace)
     assert data["gpu"]["spec"]["key"] == "a100-sxm4-80gb"
     assert 0 < data["unsized_ns"] < data["total"]["time_ns"]  # communication and compiled regions stay unsized
+
+
+# ---- the H200 calibration recording (tests/data/round3/floor_calib, CUDA-event truth in meta.json) ----------------
+
+ROUND3 = DATA / "round3"
+#: Kernel time inside a range vs its CUDA-event time: the events also time the gaps between a range's kernels.
+EVENT_SLACK = 0.06
+
+
+def _calib():
+    from gaplens.analysis.floor import window_sel
+    from gaplens.analysis.phases import phases
+
+    trace = load(str(ROUND3 / "floor_calib.json.gz"))
+    meta = json.loads((ROUND3 / "floor_calib.meta.json").read_text())
+    f = floors(trace)
+    out = {}
+    for op in meta["ops"]:
+        per = []
+        for p in (p for p in phases(trace) if p.name == op["name"]):
+            sel = window_sel(trace, p.start_ns, p.end_ns, p.pid, p.device)
+            own = [j for j in sel.tolist() if f.call[j] >= 0]  # the op's kernels: no memsets, no extra copies
+            gpu = [j for j in sel.tolist() if not f.family[j].startswith("Memset")]
+            per.append(
+                {
+                    "flops": sum(f.flops[j] for j in own),
+                    "bytes": sum(f.bytes[j] for j in (own or gpu)),
+                    "time_ns": sum(f.time_ns[j] for j in sel.tolist()),
+                    "compute_ns": sum(f.compute_ns[j] for j in gpu),
+                    "memory_ns": sum(f.memory_ns[j] for j in gpu),
+                }
+            )
+        out[op["name"]] = (op, per)
+    return trace, meta, out
+
+
+def test_calibration_flops_exact_against_the_analytic_counts():
+    _, _, got = _calib()
+    for name, (op, per) in got.items():
+        assert len(per) == op["instances_profiled"], name
+        if not op["flops"] or name.startswith("add_"):
+            continue  # add: meta counts 1 FLOP per element; DESIGN counts elementwise ops by bytes only
+        for inst in per:
+            assert inst["flops"] == pytest.approx(op["flops"], rel=1e-9), name
+    (_, add) = got["add_bf16_2e28"]
+    assert all(inst["flops"] == 0 for inst in add)
+
+
+def test_calibration_bytes_against_the_analytic_counts():
+    """Within 0.25% (ours also counts saved statistics: layer_norm's mean/rstd, attention backward's logsumexp);
+    conv backward against its note's definition (x, w, dy read + dx, dw written), which its figure does not follow."""
+    _, _, got = _calib()
+    for name, (op, per) in got.items():
+        want = op["bytes"]
+        if name.startswith("conv2d_bwd"):
+            n, c, h, w = 32, 256, 56, 56
+            x, wt = n * c * h * w * 2, 256 * 256 * 9 * 2
+            want = x + wt + x + x + wt  # x, w, dy (same size as x: stride 1, pad 1) read; dx, dw written
+        for inst in per:
+            assert inst["bytes"] == pytest.approx(want, rel=0.0025), name
+
+
+def test_calibration_time_bound_and_achieved_rate_against_cuda_events():
+    trace, meta, got = _calib()
+    spec = floors(trace).matches[0].spec
+    for name, (op, per) in got.items():
+        # Kernel time never exceeds the event pair around it; an event pair also times the device idling inside
+        # the range (the first GEMM of a step waits ~0.3 ms for the host), so compare the quickest instances.
+        for inst, event in zip(per, op["gpu_ms_profiled"], strict=True):
+            assert inst["time_ns"] / 1e6 <= event * 1.001, name
+        ours, event = min(inst["time_ns"] for inst in per) / 1e6, min(op["gpu_ms_profiled"])
+        assert ours >= event * (1 - EVENT_SLACK), name
+        if op["flops"] and not name.startswith("add_"):
+            assert op["flops"] / ours / 1e9 == pytest.approx(op["flops"] / event / 1e9, rel=EVENT_SLACK), name
+        # the bound by definition, from the analytic counts and the table's H200 row
+        dtype = {"fp32 (TF32 off)": "fp32"}.get(op["dtype"], op["dtype"].split()[0])
+        if name.startswith("memcpy"):
+            continue
+        peak = spec.peak_flops[dtype if dtype in spec.peak_flops else "bf16"]
+        flops = 0 if name.startswith("add_") else op["flops"] or 0
+        want = "compute" if flops / peak > op["bytes"] / spec.mem_bytes_per_s else "memory"
+        inst = per[0]
+        assert ("compute" if inst["compute_ns"] >= inst["memory_ns"] else "memory") == want, name
+
+
+def test_calibration_pageable_copy_against_the_link():
+    trace, meta, _ = _calib()
+    data = floor_json(trace)
+    ops = {o["name"]: o for o in meta["ops"]}
+    (pageable,) = [c for c in data["copies"] if "Pageable" in c["name"]]
+    (pinned,) = [c for c in data["copies"] if "Pinned" in c["name"]]
+    truth = ops["memcpy_h2d_pageable_512MiB"]
+    assert pageable["bytes"] == truth["bytes"] * truth["instances_profiled"]
+    assert pageable["bytes_per_s"] / 1e9 == pytest.approx(truth["achieved_gb_per_s"], rel=0.02)
+    assert "pageable" in pageable["note"] and "pin it" in pageable["note"]
+    assert pinned["note"] == "" and pinned["bytes_per_s"] > 0.8 * pinned["link_bytes_per_s"]
+
+
+def test_decode_shapes_lever_names_the_gemv():
+    trace = load(str(ROUND3 / "decode_shapes.json.gz"))
+    lever = floor_lever(trace)
+    assert lever.family == "aten::mm" and lever.bound == "memory" and "GEMV" in lever.text
+    assert "batch" in lever.lever and "quantise" in lever.lever

@@ -100,8 +100,8 @@ def plot(rows: list[dict], spec: GpuSpec | None, width: int = PLOT_W, height: in
         for j, ch in enumerate(text[: max(0, width - c0 - 1)]):
             grid[r_][c0 + 1 + j], style[r_][c0 + 1 + j] = ch, "bold yellow"
     total = sum(r["sized_ns"] for r in rows) or 1
-    for (k, r), x, y in zip(pts, xs, ys, strict=False):
-        share = r["sized_ns"] / total
+    for (k, fam), x, y in zip(pts, xs, ys, strict=False):
+        share = fam["sized_ns"] / total
         glyph = next(g for t, g in GLYPHS if share >= t)
         rr, cc = row(y), col(x)
         grid[rr][cc], style[rr][cc] = glyph, "bold magenta"
