@@ -287,49 +287,61 @@ class Replay:
 
 
 def _exit_lookup(b: _Base, span: int, t0: int) -> tuple:
+    """Blocking returns keyed by (thread, time), and each thread's *driver*: itself when it blocks, else the
+    thread of its process that blocks most (autograd's and DDP's threads are set going by it: they follow
+    its shift at the same moment; the hand-off itself is not traced)."""
     bt = b.thread[b.b_call]
     by_thread = bt * span + (b.b_end - t0)
     o1 = np.argsort(by_thread, kind="stable")
-    bp = b.thread_pid[bt] if bt.size else bt
-    pid_rank = {p: i for i, p in enumerate(np.unique(b.thread_pid).tolist())}
-    prank = np.asarray([pid_rank[p] for p in bp.tolist()], np.int64)
-    by_pid = prank * span + (b.b_end - t0)
-    o2 = np.argsort(by_pid, kind="stable")
-    blocks = np.zeros(b.thread_pid.size, dtype=bool)
-    blocks[bt] = True
-    thread_prank = np.asarray([pid_rank[p] for p in b.thread_pid.tolist()], np.int64)
-    return by_thread[o1], o1, by_pid[o2], o2, blocks, thread_prank
+    n_thr = b.thread_pid.size
+    count = np.bincount(bt, minlength=n_thr) if bt.size else np.zeros(n_thr, np.int64)
+    driver = np.where(count > 0, np.arange(n_thr), -1)
+    for pid in np.unique(b.thread_pid).tolist():
+        mine = np.flatnonzero(b.thread_pid == pid)
+        best = mine[np.argmax(count[mine])]
+        if count[best] > 0:
+            driver[mine[count[mine] == 0]] = best
+    return by_thread[o1], o1, driver
 
 
 def _latest_exit(lk: tuple, thread: np.ndarray, t: np.ndarray, span: int, t0: int) -> np.ndarray:
-    """Index (return order) of the latest blocking return at or before ``t`` on the thread (or its process), -1."""
-    k_thr, o_thr, k_pid, o_pid, blocks, thread_prank = lk
+    """Index (return order) of the latest blocking return at or before ``t`` on the thread's driver, -1."""
+    keys, order, driver = lk
     out = np.full(thread.size, -1, np.int64)
-    if k_thr.size == 0 or thread.size == 0:
+    if keys.size == 0 or thread.size == 0:
         return out
-    tt = np.clip(t, t0, None) - t0
-    own = (thread >= 0) & blocks[np.maximum(thread, 0)]
-    for mask, keys, order, group in (
-        (own, k_thr, o_thr, thread),
-        ((thread >= 0) & ~own, k_pid, o_pid, thread_prank[np.maximum(thread, 0)]),
-    ):
-        if not mask.any():
-            continue
-        q = group[mask] * span + tt[mask]
-        k = np.searchsorted(keys, q, "right") - 1
-        hit = (k >= 0) & (keys[np.maximum(k, 0)] // span == group[mask])
-        out[mask] = np.where(hit, order[np.maximum(k, 0)], -1)
+    group = np.where(thread >= 0, driver[np.maximum(thread, 0)], -1)
+    ok = group >= 0
+    q = group[ok] * span + (np.clip(t[ok], t0, None) - t0)
+    k = np.searchsorted(keys, q, "right") - 1
+    hit = (k >= 0) & (keys[np.maximum(k, 0)] // span == group[ok])
+    out[ok] = np.where(hit, order[np.maximum(k, 0)], -1)
     return out
 
 
-def _host_shift(rp: Replay, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
-    b = rp.base
-    kk = _latest_exit(rp.b_thread_exits, thread, t, rp.deleted.span, rp.deleted.t0)
+def _static_shift(
+    b: _Base, deleted: _Deleted, lk: tuple, thread: np.ndarray, t: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(latest return on the driver, host time taken off since it) for host points at ``t`` on ``thread``.
+
+    The shift of the point is ``base_shift[kk + 1] - lost``: the return's own shift, less what the change
+    took off the thread (and, for a thread that follows a driver, off the driver) since that return.
+    """
+    kk = _latest_exit(lk, thread, t, deleted.span, deleted.t0)
     th = np.maximum(thread, 0)
-    ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, rp.deleted.t0)
-    lost = rp.deleted.before(th, t) - rp.deleted.before(th, ref)
-    out = rp.base_shift[kk + 1] - np.where(thread >= 0, lost, 0)
-    return np.where(thread >= 0, out, 0)
+    ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, deleted.t0)
+    lost = deleted.before(th, t) - deleted.before(th, ref)
+    drv = lk[2][th] if lk[2].size else th
+    other = (thread >= 0) & (drv >= 0) & (drv != th)
+    if other.any():
+        dv = np.maximum(drv, 0)
+        lost = lost + np.where(other, deleted.before(dv, t) - deleted.before(dv, ref), 0)
+    return kk, np.where(thread >= 0, lost, 0)
+
+
+def _host_shift(rp: Replay, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
+    kk, lost = _static_shift(rp.base, rp.deleted, rp.b_thread_exits, thread, t)
+    return np.where(thread >= 0, rp.base_shift[kk + 1] - lost, 0)
 
 
 def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
@@ -395,12 +407,39 @@ def _match(trace: Trace, g: np.ndarray, glob: str) -> np.ndarray:
     return table[ids]
 
 
+def island_min_ns(trace: Trace) -> int:
+    """The host-island smell's own bound (``analysis.smells``): a host gap shorter than this between two
+    launches is the launch loop's per-op overhead (Python, dispatch), not an island."""
+    from gaplens.analysis.smells import ISLAND_MIN_NS, ISLAND_STEP_SHARE
+    from gaplens.analysis.steps import steps
+
+    return max(int(ISLAND_STEP_SHARE * steps(trace).step_ns), ISLAND_MIN_NS)
+
+
+def _regions_of(trace: Trace, cols, cause: str) -> np.ndarray:
+    """Blank regions whose host time ``--remove cause`` takes off (indices into ``cols``).
+
+    ``host`` is the host islands (host-cause regions at least ``island_min_ns``); ``launch`` is the slow
+    launch loop: launch-cause regions and the shorter host-cause gaps between its launches (what a CUDA
+    graph or a fused kernel takes away with the launches). ``sync`` and ``copy``: the regions of that cause.
+    """
+    from gaplens.analysis.gaps import CAUSES
+
+    dur = cols.end_ns - cols.start_ns
+    host = cols.cause == CAUSES.index("host")
+    if cause == "host":
+        return np.flatnonzero(host & (dur >= island_min_ns(trace)))
+    if cause == "launch":
+        return np.flatnonzero((cols.cause == CAUSES.index("launch")) | (host & (dur < island_min_ns(trace))))
+    return np.flatnonzero(cols.cause == CAUSES.index(cause))
+
+
 def _removal(trace: Trace, b: _Base, cause: str):
     """(threads, starts, ends) of host time to take off, a description, and the calls that stop blocking."""
-    from gaplens.analysis.gaps import CAUSES, gap_columns
+    from gaplens.analysis.gaps import gap_columns
 
     cols = gap_columns(trace)
-    sel = np.flatnonzero(cols.cause == CAUSES.index(cause)) if cause in CAUSES else np.empty(0, np.int64)
+    sel = _regions_of(trace, cols, cause)
     nxt = cols.next_op[sel]
     call = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
     has = call >= 0
@@ -462,16 +501,13 @@ def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) 
     # launch arrivals: host shift = shift of the latest return + time taken off since
     has = b.call >= 0
     a_thread = np.where(has, b.thread[np.maximum(b.call, 0)], -1)
-    kk = _latest_exit(rp.b_thread_exits, a_thread, b.arrive, span, t0)
-    th = np.maximum(a_thread, 0)
-    ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, t0)
-    lost = rp.deleted.before(th, b.arrive) - rp.deleted.before(th, ref)
+    kk, lost = _static_shift(b, rp.deleted, rp.b_thread_exits, a_thread, b.arrive)
     a_fix = np.where(has & (a_thread >= 0), b.arrive - lost, b.arrive)
     a_kk = np.where(has & (a_thread >= 0), kk + 1, 0)
     # blocking calls: what their return owes to their own thread
     nb = b.b_call.size
     bt = b.thread[b.b_call]
-    prev = _latest_exit(rp.b_thread_exits, bt, b.b_start, span, t0) if nb else np.empty(0, np.int64)
+    prev, _ = _static_shift(b, rp.deleted, rp.b_thread_exits, bt, b.b_start)
     ref_b = np.where(prev >= 0, b.b_end[np.maximum(prev, 0)] if nb else 0, t0)
     host_off = (rp.deleted.before(bt, b.b_end) - rp.deleted.before(bt, ref_b) + b.b_wait).tolist()
     prev_l = (prev + 1).tolist()

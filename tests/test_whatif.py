@@ -42,10 +42,13 @@ def _times(trace, changes, *names: str) -> dict[str, tuple[int, int]]:
     return out
 
 
-def island_steps():
-    """Three steps of 400 ns; in each, a host island keeps the device blank from k's end to the next k.
+US = 1_000  # the island diagram in µs: a host island is at least 250 µs (analysis.smells.ISLAND_MIN_NS)
 
-    step n, S = 400 n:
+
+def island_steps():
+    """Three steps of 400 µs; in each, a host island keeps the device blank from k's end to the next k.
+
+    step n, S = 400 n (µs):
     thread  [launch S..S+10] [sync S+20 ........ S+105] [island S+110 ............ S+390]|
     stream              ███ k S+12..S+100 ██╯                                          |[next k S+412]
     blank                                   S+100 ──────────────────────────────────────── S+412 (host)
@@ -53,49 +56,53 @@ def island_steps():
     b = Builder()
     for n in range(3):
         s = 400 * n
-        b.phase(s, s + 400, f"step {n + 1}")
-        b.launch(s, s + 10, s + 12, s + 100, name=f"k{n + 1}")
-        b.call(s + 20, s + 105, "cudaStreamSynchronize")
-        b.cpu(s + 110, s + 390, "island")
-    b.launch(1200, 1210, 1212, 1300, name="k4")  # the step after, so step 3's region ends
+        b.phase(s * US, (s + 400) * US, f"step {n + 1}")
+        b.launch(s * US, (s + 10) * US, (s + 12) * US, (s + 100) * US, name=f"k{n + 1}")
+        b.call((s + 20) * US, (s + 105) * US, "cudaStreamSynchronize")
+        b.cpu((s + 110) * US, (s + 390) * US, "island")
+    b.launch(1200 * US, 1210 * US, 1212 * US, 1300 * US, name="k4")  # the step after, so step 3's region ends
     return b.trace()
 
 
 def test_no_change_replays_the_trace_exactly():
     tr = island_steps()
     r = whatif(tr, [])
-    assert r["window_ns"] == {"measured": 1300 - 12, "predicted": 1300 - 12}
-    assert [s["measured_ns"] for s in r["per_step"]] == [400, 400, 400]
-    assert [s["predicted_ns"] for s in r["per_step"]] == [400, 400, 400]
+    assert r["window_ns"] == {"measured": (1300 - 12) * US, "predicted": (1300 - 12) * US}
+    assert [s["measured_ns"] for s in r["per_step"]] == [400 * US] * 3
+    assert [s["predicted_ns"] for s in r["per_step"]] == [400 * US] * 3
     assert r["steps"]["label"] == "step" and r["steps"]["count"] == 3
 
 
 def test_removing_an_island_on_the_path_moves_everything_after_it():
     """--remove host takes S+100..S+410 off the thread (the sync's wait S+20..S+100 stays: it follows k).
 
-    Step 1 keeps its start (nothing before it changed) and returns from its sync at 105: 105 ns.
-    Steps 2 and 3 start where the previous sync returned; launch (taken off) -> k: 2 ns queue + 88 ns,
-    then the sync's own 5 ns: 95 ns each.
+    Step 1 keeps its start (nothing before it changed) and returns from its sync at 105: 105 µs.
+    Steps 2 and 3 start where the previous sync returned; launch (taken off) -> k: 2 µs queue + 88 µs,
+    then the sync's own 5 µs: 95 µs each.
     """
     tr = island_steps()
     cols = gap_columns(tr)
     assert cols.on_path.all() and len(cols) == 3  # precondition: three host regions on the path
     r = whatif(tr, [parse_remove("host")])
-    assert [s["predicted_ns"] for s in r["per_step"]] == [105, 95, 95]
-    assert r["steps"]["measured_median_ns"] == 400 and r["steps"]["predicted_median_ns"] == 95
+    assert [s["predicted_host_ns"] for s in r["per_step"]] == [105 * US, 95 * US, 95 * US]
+    assert r["steps"]["measured_host_median_ns"] == 400 * US and r["steps"]["predicted_host_median_ns"] == 95 * US
     t = _times(tr, [Change("remove", "host")], "k1", "k2", "k3", "k4")
-    assert t["k1"] == (12, 100)  # before the change: does not move
-    assert t["k2"] == (107, 195)  # launched as k1's sync returned (105) + its 2 ns queue
-    assert t["k3"] == (202, 290) and t["k4"] == (297, 385)
-    assert r["window_ns"]["predicted"] == 385 - 12
+    assert t["k1"] == (12 * US, 100 * US)  # before the change: does not move
+    assert t["k2"] == (107 * US, 195 * US)  # launched as k1's sync returned (105) + its 2 µs queue
+    assert t["k3"] == (202 * US, 290 * US) and t["k4"] == (297 * US, 385 * US)
+    assert r["window_ns"]["predicted"] == (385 - 12) * US
     assert r["changes"][0]["regions"] == 3 and r["changes"][0]["on_critical_path"] == 3
-    assert predicted_gain(tr, "host") == (400, 95)
+    # the step owner times steps as CUDA events would: the same here (the sync drains the stream)
+    assert r["steps"]["predicted_median_ns"] == 95 * US
+    assert predicted_gain(tr, "host") == (400 * US, 95 * US)
+    # the same regions are no launch loop: --remove launch leaves them
+    assert whatif(tr, [parse_remove("launch")])["steps"]["predicted_median_ns"] == 400 * US
 
 
 def test_nothing_to_remove_says_so():
     tr = island_steps()
     r = whatif(tr, [parse_remove("copy")])
-    assert r["steps"]["predicted_median_ns"] == r["steps"]["measured_median_ns"] == 400
+    assert r["steps"]["predicted_median_ns"] == r["steps"]["measured_median_ns"] == 400 * US
     assert any("no blank region has cause copy" in n for n in r["notes"])
     assert predicted_gain(tr, "copy") is None
 
