@@ -364,7 +364,7 @@ def test_calibration_bytes_against_the_analytic_counts():
 
 
 def test_calibration_time_bound_and_achieved_rate_against_cuda_events():
-    trace, meta, got = _calib()
+    trace, _, got = _calib()
     spec = floors(trace).matches[0].spec
     for name, (op, per) in got.items():
         # Kernel time never exceeds the event pair around it; an event pair also times the device idling inside
