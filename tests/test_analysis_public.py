@@ -28,8 +28,9 @@ import json
 import numpy as np
 import pytest
 
-from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.busy import device_busy, device_splits, gpu_work
 from gaplens.analysis.gaps import analyse_gaps, blank_regions
+from gaplens.loaders.model import Kind
 from tests.conftest import loaded
 from tests.conftest import public as shared_public
 
@@ -57,7 +58,8 @@ def public(name: str):
 def raw_gpu_intervals(name: str, compute_only: bool = False) -> dict[int, list[tuple[int, int]]]:
     """Per device, [start, end) in ns as written in the file (µs floats rounded to ns).
 
-    ``compute_only`` leaves out NCCL kernels: a device spinning in a collective is not computing.
+    ``compute_only`` leaves out NCCL kernels (a device spinning in a collective is not computing) and
+    copies (memcpy/memset are their own class, DESIGN.md § Three classes of GPU work).
     """
     with gzip.open(shared_public(name), "rt") as fh:
         data = json.load(fh)
@@ -66,7 +68,10 @@ def raw_gpu_intervals(name: str, compute_only: bool = False) -> dict[int, list[t
     for ev in events:
         if ev.get("ph") != "X" or str(ev.get("cat", "")).lower() not in GPU_CATS:
             continue
-        if compute_only and str(ev.get("name", "")).startswith("nccl"):
+        cat = str(ev.get("cat", "")).lower()
+        if compute_only and (
+            str(ev.get("name", "")).startswith("nccl") or cat in ("gpu_memcpy", "gpu_memset", "memcpy", "memset")
+        ):
             continue
         s = round(float(ev["ts"]) * 1000)
         out.setdefault(int(ev["pid"]), []).append((s, s + round(float(ev.get("dur", 0)) * 1000)))
@@ -105,8 +110,11 @@ def test_device_idle_matches_an_independent_union(name):
         assert analysed == got
 
 
-def hta_host_wait_share(tr, consecutive_kernel_delay: int = 30) -> float:
-    """HTA's idle-time breakdown (see module docstring), summed over streams: host-wait share."""
+def hta_host_wait_share(tr, consecutive_kernel_delay: int = 30, kernels_only: bool = False) -> float:
+    """HTA's idle-time breakdown (see module docstring), summed over streams: host-wait share.
+
+    ``kernels_only``: only idle intervals between two kernels (no copy on either side).
+    """
     ops = gpu_work(tr)
     host_wait = total = 0
     for lane in np.unique(tr.lane[ops]).tolist():
@@ -117,15 +125,29 @@ def hta_host_wait_share(tr, consecutive_kernel_delay: int = 30) -> float:
         call = tr.launch[o][1:]
         runtime_ts = np.where(call >= 0, tr.start_ns[np.maximum(call, 0)], np.iinfo(np.int64).min)
         is_host = runtime_ts > prev_end
-        host_wait += int(idle[is_host].sum())
-        total += int(idle.sum())
+        keep = np.ones(idle.size, bool)
+        if kernels_only:
+            k = tr.kind[o] == int(Kind.KERNEL)
+            keep = k[:-1] & k[1:]
+        host_wait += int(idle[is_host & keep].sum())
+        total += int(idle[keep].sum())
     return host_wait / total
 
 
-def gaplens_host_wait_share(tr) -> float:
+def gaplens_host_wait_share(tr, kernels_only: bool = False) -> float:
+    """On-path share of the time the device ran nothing at all.
+
+    Blank regions span copies (copies are not compute, DESIGN.md § Three classes of GPU work), but HTA's
+    idle time lies between GPU ops of any kind: so both sides count only time with no GPU op running.
+    ``kernels_only``: only blank regions with no copy inside (comparable to HTA's kernel-to-kernel idle).
+    """
     gaps = analyse_gaps(tr, evidence_top=0)
-    idle = sum(g.dur_ns for g in gaps)
-    return sum(g.dur_ns for g in gaps if g.on_critical_path) / idle
+    busy = {d.id: device_busy(tr, d.id) for d in tr.meta.devices}
+    if kernels_only:
+        copies = {d.id: device_splits(tr)[d.id].copy for d in tr.meta.devices}
+        gaps = [g for g in gaps if copies[g.device].busy_in(g.start_ns, g.end_ns) == 0]
+    empty = [g.dur_ns - busy[g.device].busy_in(g.start_ns, g.end_ns) for g in gaps]
+    return sum(e for g, e in zip(gaps, empty, strict=True) if g.on_critical_path) / sum(empty)
 
 
 @pytest.mark.parametrize("name", SINGLE_STREAM)
@@ -140,17 +162,21 @@ def test_host_wait_share_against_hta_definition(name):
 
 
 def test_hta_difference_on_ns_resolution_is_launch_calls_straddling_the_previous_op():
-    """ns_resolution: gaplens 0.28 vs HTA 0.17; the extra gaps are exactly difference 2."""
+    """ns_resolution, kernel-to-kernel idle: whatever gaplens finds beyond HTA is exactly difference 2."""
     tr = public("hta/ns_resolution.pt.trace.json.gz")
     ops = gpu_work(tr)
     o = ops[np.argsort(tr.start_ns[ops], kind="stable")]
     prev_end, start = tr.end_ns[o][:-1], tr.start_ns[o][1:]
     call = tr.launch[o][1:]
-    ok = (call >= 0) & (start > prev_end)
+    kernel = tr.kind[o] == int(Kind.KERNEL)
+    # Kernel-to-kernel idle only: a blank region holding copies is judged whole (cause copy), HTA's per gap.
+    ok = (call >= 0) & (start > prev_end) & kernel[:-1] & kernel[1:]
     c = np.maximum(call, 0)
     straddle = ok & (tr.start_ns[c] <= prev_end) & (np.minimum(tr.end_ns[c], start) > prev_end)
     idle = (start - prev_end)[ok].sum()
     explained = (start - prev_end)[straddle].sum() / idle
-    ours, hta = gaplens_host_wait_share(tr), hta_host_wait_share(tr)
-    assert ours - hta > 0.05
+    ours, hta = gaplens_host_wait_share(tr, kernels_only=True), hta_host_wait_share(tr, kernels_only=True)
+    # Was "ours - hta > 0.05" while copies counted as compute: the extra gaps were launches straddling a
+    # copy. Between kernels the two readings agree up to difference 2, which explains what remains.
+    assert ours >= hta
     assert explained == pytest.approx(ours - hta, abs=0.03)
