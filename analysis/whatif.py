@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
-from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.model import Kind, Trace, TraceError
 
 #: Causes whose host-side time can be taken off a thread.
 REMOVABLE = ("host", "launch", "sync", "copy")
@@ -790,3 +790,26 @@ def predicted_gain(trace: Trace, cause: str) -> tuple[int, int] | None:
     if st["measured_median_ns"] is None or not r["changes"] or r["changes"][0]["regions"] == 0:
         return None
     return int(st["measured_median_ns"]), int(st["predicted_median_ns"])
+
+
+def range_times(trace: Trace, changes: list[Change], pattern: str) -> list[tuple[str, int, int]]:
+    """(name, measured, predicted) host span of every host range whose name matches ``pattern`` (a regex).
+
+    For ranges other than the step owner's (``ProfilerStep#N`` inside ``train_step N``, say), timed on
+    the host: the shift of their start and end on their own thread.
+    """
+    import re
+
+    rx = re.compile(pattern)
+    rp, _ = replay(trace, changes)
+    b = rp.base
+    ids = [i for i, nm in enumerate(trace.names) if rx.fullmatch(nm)]
+    ev = np.flatnonzero(np.isin(trace.name_id, ids) & (b.thread >= 0) & (trace.kind != int(Kind.CUDA_API)))
+    ev = ev[np.argsort(trace.start_ns[ev], kind="stable")]
+    th = b.thread[ev]
+    s0, s1 = trace.start_ns[ev].astype(np.int64), trace.end_ns[ev].astype(np.int64)
+    p = (s1 + rp.host_shift(th, s1)) - (s0 + rp.host_shift(th, s0))
+    return [
+        (trace.name(int(i)), int(z - a), int(max(q, 0)))
+        for i, a, z, q in zip(ev.tolist(), s0.tolist(), s1.tolist(), p.tolist(), strict=True)
+    ]
