@@ -266,8 +266,20 @@ def experiment(trace: Trace) -> Experiment:
         lever = "collect a better trace first: " + (cols.message[big] or "the host side is missing")
         return Experiment(lever, because, "better_trace", blank, total, highlight, facts)
     facts += _the_gap_line(cols, the, g, total, inside)
-    lever = fitted_lever(trace, GROUP_LEVER.get(cause, cause), _kind(trace))
+    copies = _copies_in(trace, cols.start_ns[mine], cols.end_ns[mine]) if cause == "copy" else None
+    lever = fitted_lever(trace, GROUP_LEVER.get(cause, cause), _kind(trace), copies)
     return Experiment(lever, because, cause, blank, total, highlight, facts + _gain(trace, cause))
+
+
+def _copies_in(trace: Trace, g0: np.ndarray, g1: np.ndarray) -> list[int]:
+    """Copy events overlapping any of the regions [g0, g1): the copies a ``copy`` group is about."""
+    idx = np.flatnonzero(np.isin(trace.kind, np.asarray([int(k) for k in COPY_KINDS], np.int8)))
+    if idx.size == 0 or g0.size == 0:
+        return []
+    s0, s1 = union(g0.astype(np.int64), g1.astype(np.int64))
+    k = np.searchsorted(s0, trace.end_ns[idx], "left") - 1  # the last region starting before the copy ends
+    hit = (k >= 0) & (trace.start_ns[idx] < s1[np.maximum(k, 0)])
+    return idx[hit].tolist()
 
 
 def _compute_pct(trace: Trace, st: Steps) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, overhead_spans
+from gaplens.analysis.busy import bound_by, busy_share, compute_busy, gpu_window, overhead_spans
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.experiment import KERNEL_BOUND_PCT, Experiment, experiment
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
@@ -187,6 +187,9 @@ class Walkthrough:
             f"GPU {busy_verdict(active_compute_pct(self.trace))} of the time work was asked "
             f"(compute {fmt_ns(sh.compute_ns)}; busy {sh.busy_pct:.1f}% of the window)"
         ]
+        bound = bound_by(self.trace)
+        if bound.verdict in ("copy", "comm"):  # busy, but not computing: say what filled the time
+            facts.append(bound.words)
         if sh.comm_ns:
             facts.append(
                 f"communication {fmt_ns(sh.comm_ns)}, {fmt_ns(sh.exposed_comm_ns)} of it exposed (not overlapped by "
@@ -204,7 +207,8 @@ class Walkthrough:
             for c, d in zip(blank.cause[on].tolist(), (blank.end_ns - blank.start_ns)[on].tolist(), strict=True):
                 by_cause[CAUSES[c]] = by_cause.get(CAUSES[c], 0) + d
             total = sum(by_cause.values())
-            split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in sorted(by_cause.items(), key=lambda kv: -kv[1]))
+            ranked = sorted(by_cause.items(), key=lambda kv: -kv[1])
+            split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
             facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
         groups = by_process(self.phases)
         for pid, found in groups.items():

@@ -266,8 +266,11 @@ def test_copy_bound_recording_gets_the_pageable_copy_lever():
     """copy_bound: CUDA events time copy_in at 84.6 of a 101.4 ms step (meta.json): copy-bound, HtoD pageable."""
     meta = json.loads((ROUND3 / "copy_bound.meta.json").read_text())["summary"]
     assert meta["span_gpu_ms_median"]["copy_in"] > COPY_SHARE_OF_STEP * meta["step_gpu_ms_median"]
-    exp = ex.experiment(load(ROUND3 / "copy_bound.json.gz"))
+    trace = load(ROUND3 / "copy_bound.json.gz")
+    exp = ex.experiment(trace)
     assert exp.group == "copy" and exp.because.startswith("copy-bound: ")
+    # Step 3 says what filled the busy time: copies, not compute.
+    assert any(f.startswith("copy-bound: ") and "HtoD pageable" in f for f in Walkthrough(trace).step(3).facts)
     assert exp.lever.startswith("HtoD (Pageable → Device) copies: ") and "pin_memory" in exp.lever
 
 
