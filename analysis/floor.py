@@ -74,6 +74,11 @@ class Floors:
         return np.where(np.nan_to_num(self.compute_ns, nan=-1) >= self.memory_ns, "compute", "memory")
 
 
+def why_no_floor(trace: Trace) -> str | None:
+    """The recording option that would give the floor (``record_shapes=True`` / ``emit_nvtx``), or None."""
+    return why_unsized(trace)
+
+
 def gpu_matches(trace: Trace, gpu_spec: str | None = None) -> dict[int, Match]:
     """The spec row per device (``gpu_spec``: a user file; else the default location when present)."""
     user = load_user_specs(gpu_spec)
@@ -540,9 +545,15 @@ def _lever(row: dict, spec: GpuSpec | None) -> str:
     if row["dtype"] == "fp32":
         return "fp32 runs on CUDA cores: allow TF32 or use bf16 on tensor cores"
     if eff < LOW_EFFICIENCY:
+        if "attention" in fam:
+            return (
+                "a newer fused attention kernel (FlashAttention-3, a recent cuDNN), fp8 attention where accuracy allows"
+            )
+        if "conv" in fam:
+            return "channels-last tensors (no NCHW↔NHWC transposes), cudnn.benchmark, a narrower dtype"
         return (
             "a better kernel, dtype or shape: bf16→fp8 where accuracy allows, dimensions in multiples of "
-            "64/128, larger batches per GEMM"
+            "64/128, more rows per GEMM"
         )
     return "it runs near the compute roof: only less work (smaller model, fewer tokens) or a faster dtype helps"
 
@@ -554,13 +565,17 @@ def floor_lever(
     pid: int | None = None,
     gpu_spec: str | None = None,
 ) -> FloorLever | None:
-    """The op family (by name and dtype) with the most measured time above its floor in [t0, t1), with its
-    bound and lever; None when nothing in the window is sized or no GPU row matched."""
+    """The kernel family (op name and dtype) with the most measured time above its floor among the GPU ops
+    starting in [t0, t1) (launched by ``pid``), with its bound and lever; None when no kernel in the window
+    is sized (no ``record_shapes``) or no GPU row matched. Copies are left to the copy readings."""
     f = floors(trace, gpu_spec)
     if not any(m.spec for m in f.matches.values()):
         return None
     sel = window_sel(trace, t0_ns, t1_ns, pid, None, gpu_spec)
-    rows = [r for r in op_rows(trace, gpu_spec, sel) if r["excess_ns"] > 0]
+    # Kernels only: a copy-bound stretch is the copy reading's (DESIGN: copies are not compute).
+    rows = [
+        r for r in op_rows(trace, gpu_spec, sel) if r["excess_ns"] > 0 and trace.kind[r["longest"]] == int(Kind.KERNEL)
+    ]
     if not rows:
         return None
     total = sum(r["excess_ns"] for r in rows)
