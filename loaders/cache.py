@@ -14,6 +14,7 @@ import functools
 import hashlib
 import os
 import secrets
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,9 @@ def lookup(path: str) -> Trace | None:
             table = ipc.open_file(fh).read_all()
             if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
                 return None
-            return _trace(table, info)
+            trace = _trace(table, info)
+            _remember(trace, base, info["token"])
+            return trace
     except Exception:  # a damaged cache is a miss, whatever the damage
         return None
 
@@ -81,9 +84,33 @@ def store(path: str, trace: Trace) -> bool:
         table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
         atomic_write(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
         atomic_write(base.with_suffix(".json"), info)
+        _remember(trace, base, token)
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
+
+
+# id(trace) -> (weak reference, entry base path, entry token) of the Traces this module read or stored.
+_ORIGINS: dict[int, tuple[weakref.ref, Path, str]] = {}
+
+
+def origin(trace: Trace) -> tuple[Path, str] | None:
+    """(base path, token) of the entry this very Trace object was read from or stored as, else None.
+
+    analysis.persist keeps readings beside the entry under its token: a rebuilt entry has a new token.
+    """
+    hit = _ORIGINS.get(id(trace))
+    return (hit[1], hit[2]) if hit is not None and hit[0]() is trace else None
+
+
+def _remember(trace: Trace, base: Path, token: str) -> None:
+    key = id(trace)
+
+    def forget(ref: weakref.ref) -> None:
+        if _ORIGINS.get(key, (None,))[0] is ref:
+            del _ORIGINS[key]
+
+    _ORIGINS[key] = (weakref.ref(trace, forget), base, token)
 
 
 def _arrow(column: np.ndarray) -> pa.Array:
