@@ -152,7 +152,9 @@ def test_phase_times_match_cuda_events(name):
             candidates = got.get(span["name"], [])
             if occurrence >= len(candidates) or span["gpu_ms"] < 0.5:
                 continue
-            assert candidates[occurrence] == pytest.approx(span["gpu_ms"], rel=0.05), span["name"]
+            # The recorder's events sit tens of µs inside each range (after record_function's entry);
+            # phases are timed from the range's own start and end (M(start)..M(end), DESIGN.md).
+            assert candidates[occurrence] == pytest.approx(span["gpu_ms"], rel=0.05, abs=0.1), span["name"]
             checked += 1
     assert checked >= 3
 

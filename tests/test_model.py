@@ -109,7 +109,9 @@ def test_times_are_relative_to_origin():
 
 
 def test_phase_gpu_span_starts_before_its_first_kernel():
-    """A phase whose first call is a launch starts on the GPU when that kernel starts, not after it."""
+    """A phase starts where a CUDA event recorded at its start would fire (not after its first kernel) and
+    ends where one recorded at its end would (DESIGN.md: M(start)..M(end)); this pinned the end of the
+    range's last CUDA call (990) while phases were timed from their calls."""
     from gaplens.analysis.phases import phases
 
     cols = EventColumns()
@@ -121,7 +123,7 @@ def test_phase_gpu_span_starts_before_its_first_kernel():
     (p,) = phases(trace)
     origin = trace.meta.origin_ns
     assert p.start_ns + origin == 100
-    assert p.end_ns + origin == 990
+    assert p.end_ns + origin == 1_000  # the kernel ended at 500: an event at the range's end fires at once
 
 
 @settings(max_examples=150, deadline=None)
