@@ -1,21 +1,26 @@
 """The one experiment (protocol step 6 and the report): the lever that pays most, not THE gap's.
 
 THE gap (the largest blank region on the critical path) is where steps 4 and 5 look; it can be a
-2 ms host island in a trace whose 581 ms of on-path blank time is 81% launch overhead. So the
+2 ms host island in a trace whose 537 ms of on-path blank time is 78% launch overhead. So the
 experiment goes to the *cause group* holding the most on-path blank time in steady steps:
 
-1. Steady time: the host spans of the steps (``analysis.steps``, the one step owner) minus the
-   warm-up steps it sets apart; without steps, the whole GPU window. A one-off first-call launch
-   (a launch call of ``FIRST_CALL_MIN_NS`` or more that is the first launch of its kernel: the
-   runtime loading a module) is warm-up too, wherever it lies.
-2. On-path blank time per cause inside that steady time (``analysis.gaps.gap_columns``), summed
-   over devices; the largest group wins and its share is printed with the smell rollup that
-   matches it ("launch picket fence in 32 of 32 decode_step").
-3. Device-paced traces get the kernels' lever instead, with the op family furthest above its
-   hardware floor when ``analysis.floor`` can name one; copy-bound steps get the copy lever.
+1. Steady steps come from the one step owner (``analysis.steps``), warm-up steps set apart; a gap
+   belongs to the step that launched the op ending it (the host was late there). Without steps,
+   the whole GPU window. A one-off first-call launch (a launch call of ``FIRST_CALL_MIN_NS`` or
+   more, the first launch of its kernel: the runtime loading a module) is warm-up wherever it lies.
+2. On-path blank time per cause in those steps (``analysis.gaps.gap_columns``), summed over
+   devices; the largest group wins, printed with its share, the steps it appears in and the smell
+   rollup that matches it ("launch picket fence in 32 of 32 decode_step"); what-if's predicted
+   step time when ``analysis.whatif`` can give one.
+3. Copy-bound steps (copies alone on the device ``COPY_BOUND_SHARE`` of the steady time) get the
+   copy lever, naming direction and memory kind. When on-path blank time is under
+   ``DEVICE_PACED_BLANK_SHARE`` of the steady time, or compute fills ``KERNEL_BOUND_PCT``, the
+   device paces the work: the waits between queued ops (``dependency``) when they outweigh the
+   host's, else the kernels against their hardware floor (``analysis.floor``'s op family when its
+   excess is worth naming).
 4. The lever is fitted to the trace (``analysis.levers``): never what the trace already does.
 
-Pure and headless; the walkthrough, the report and the viewer's panel all print ``experiment``.
+Pure and headless; the walkthrough's step 6, the viewer's panel and the report all print ``experiment``.
 """
 
 from __future__ import annotations
@@ -246,8 +251,8 @@ def experiment(trace: Trace) -> Experiment:
         return Experiment(fitted_lever(trace, "dependency", _kind(trace)), why, "dependency", dependency, total)
     if total == 0 or compute_pct >= KERNEL_BOUND_PCT or quiet:
         where = sd.words if st else "while work was asked"
-        blank = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of that time"
-        why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {blank}"
+        on_path = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of that time"
+        why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {on_path}"
         facts = _outside_line(int(dur[outside].sum()), total) + _warm_line(warm_ns, total)
         return _device(trace, why, total, _steady_spans(trace, st), facts)
     g = int(np.argmax(by))
