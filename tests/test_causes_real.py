@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gaplens.analysis.busy import bound_by, busy_share
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.loaders.model import Trace
 from tests.conftest import PUBLIC, loaded
@@ -159,3 +160,42 @@ def test_device_to_device_copies_are_not_blamed_as_host_copies():
     assert shares.sum() <= copy_calls + device_copies
     for k in np.flatnonzero(cols.cause == CAUSES.index("copy")).tolist():
         assert "host<->device" not in cols.message[k] or "no host<->device" in cols.message[k]
+
+
+# ---- round-3 recordings (tests/data/round3, CUDA-event ground truth in each .meta.json) -----------------
+
+ROUND3 = Path(__file__).parent / "data" / "round3"
+
+
+def test_copy_bound_step_reads_copy_bound_with_the_pageable_copy_named():
+    """copy_bound: each step an ~84.6 ms pageable HtoD copy (copy_in, CUDA events) then ~16.6 ms of GEMMs."""
+    tr = loaded(str(ROUND3 / "copy_bound.json.gz"))
+    truth = json.loads((ROUND3 / "copy_bound.meta.json").read_text())["summary"]["span_gpu_ms_median"]
+    steps = [i for i in range(len(tr)) if tr.name(i).startswith("ProfilerStep#")]
+    assert len(steps) >= 5
+    htod = []
+    for i in steps:
+        b = bound_by(tr, (int(tr.start_ns[i]), int(tr.end_ns[i])))
+        assert b.verdict == "copy", b.words
+        assert next(iter(b.copies)) == "HtoD pageable"
+        htod.append(b.copies["HtoD pageable"])
+    assert float(np.median(htod)) / 1e6 == pytest.approx(truth["copy_in"], rel=0.03)
+    share = busy_share(tr)
+    assert share.copy_ns > 4 * share.compute_ns  # not "98% busy, dense": the copy dominates
+    cols = gap_columns(tr)
+    k = cols.the_index()
+    assert CAUSES[int(cols.cause[k])] == "copy" and "HtoD pageable" in cols.message[k]
+
+
+def test_dependency_recording_never_blames_the_host_for_queued_work():
+    """dependency: everything launched within ~1 ms per step; streams wait on each other's events; DtoD only."""
+    path = ROUND3 / "dependency.json.gz"
+    tr = loaded(str(path))
+    cols = gap_columns(tr)
+    idx, queued = _queued_by_raw(tr, path)
+    assert queued.sum() > 100
+    assert not np.isin(cols.cause[idx][queued], THREAD).any()
+    assert (cols.cause[idx][~queued] != DEP).all()
+    copies = np.flatnonzero(cols.cause == CAUSES.index("copy"))
+    assert copies.size and all("device-local" in cols.message[k] for k in copies.tolist())
+    assert not any("HtoD" in cols.message[k] or "DtoH" in cols.message[k] for k in copies.tolist())
