@@ -55,8 +55,8 @@ DEPENDENCY_HINT = (
     "dependency (stream order, another stream's or device's work, another process) that the trace does not record"
 )
 DEPENDENCY_WAIT_HINT = (
-    "the next GPU op was queued before the gap began and waited on an event recorded on another stream "
-    "(cudaStreamWaitEvent): the device waited on that stream's work, not on the host"
+    "the next GPU op was queued before the gap began behind a stream wait (cudaStreamWaitEvent): the device "
+    "waited on another stream's work, not on the host"
 )
 DEPENDENCY_GRAPH_HINT = (
     "the next GPU op belongs to a graph launched before the gap began: the device waited on a graph edge "
@@ -347,8 +347,9 @@ def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kn
     if dep.size:
         waited = _recorded_waits(trace)
         graphs = _graph_launched(trace, nxt[dep])
-        for i, g in zip(dep.tolist(), graphs.tolist(), strict=True):
-            if int(nxt[i]) in waited:
+        called = _wait_call_before(trace, nxt[dep]) >= 0
+        for i, g, w in zip(dep.tolist(), graphs.tolist(), called.tolist(), strict=True):
+            if int(nxt[i]) in waited or w:
                 messages[i] = DEPENDENCY_WAIT_HINT
             elif g:
                 messages[i] = DEPENDENCY_GRAPH_HINT
@@ -377,6 +378,43 @@ def _recorded_waits(trace: Trace) -> dict[int, tuple[int, int]]:
 
     dst, src, row = event_wait_rows(trace, gpu_work(trace))
     return {int(d): (int(r), int(s)) for d, s, r in zip(dst.tolist(), src.tolist(), row.tolist(), strict=True)}
+
+
+@per_trace
+def _wait_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The stream-wait API calls (cudaStreamWaitEvent, hipStreamWaitEvent, cuStreamWaitEvent) by lane, then start."""
+    api = np.flatnonzero(trace.kind == int(Kind.CUDA_API))
+    ids, inv = np.unique(trace.name_id[api], return_inverse=True)
+    is_wait = np.asarray(["streamwaitevent" in trace.names[int(i)].lower() for i in ids.tolist()], bool)
+    calls = api[is_wait[inv.reshape(-1)]] if api.size else api
+    order = np.lexsort((trace.start_ns[calls], trace.lane[calls]))
+    return calls[order], trace.lane[calls[order]].astype(np.int64)
+
+
+def _wait_call_before(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Per op: the latest stream-wait call its launching thread made between the launch of the previous op on
+    the op's stream and the op's own launch (the host asked the stream to wait there; -1 if none).
+
+    Without recorded wait rows (Kineto without cuda_sync activity) this is the wait the trace shows.
+    """
+    calls, lanes = _wait_calls(trace)
+    out = np.full(ops.size, -1, np.int64)
+    if calls.size == 0:
+        return out
+    for j, op in enumerate(ops.tolist()):
+        a = int(trace.launch[op]) if op >= 0 else -1
+        if a < 0:
+            continue
+        sl = trace.lane_events(int(trace.lane[op]))
+        prev = op - 1 if op - 1 >= sl.start else -1
+        t0 = int(trace.start_ns[int(trace.launch[prev])]) if prev >= 0 and trace.launch[prev] >= 0 else -1
+        lane = int(trace.lane[a])
+        lo, hi = np.searchsorted(lanes, lane, "left"), np.searchsorted(lanes, lane, "right")
+        starts = trace.start_ns[calls[lo:hi]]
+        k = int(np.searchsorted(starts, int(trace.start_ns[a]), "left")) - 1
+        if k >= 0 and int(starts[k]) >= t0:
+            out[j] = int(calls[lo + k])
+    return out
 
 
 def _graph_launched(trace: Trace, ops: np.ndarray) -> np.ndarray:
@@ -464,6 +502,9 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
             other = _other_stream_op(trace, nxt, g)
             if other >= 0:
                 out.append(other)
+            w = int(_wait_call_before(trace, np.asarray([nxt]))[0])
+            if w >= 0:
+                out.append(w)
         out.append(call)
         return list(dict.fromkeys(out))[:limit]
     out.append(call)
