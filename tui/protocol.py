@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 from textual import work
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 PROTOCOL_KEYS = (
     ("right_square_bracket", "protocol_step(1)", "Protocol: next step", "]"),
     ("left_square_bracket", "protocol_step(-1)", "Protocol: previous step", "["),
+    ("right_curly_bracket", "protocol_scroll(1)", "Protocol: scroll the step's text down", "}"),
+    ("left_curly_bracket", "protocol_scroll(-1)", "Protocol: scroll the step's text up", "{"),
     ("e", "write_answer", "Protocol: write your answer for this step", "e"),
     ("b", "pin_note", "Pin a note to the cursor or the selected event", "b"),
     ("B", "toggle_notes", "Notes: list, jump to, edit, delete", "B"),
@@ -48,7 +50,12 @@ PROTOCOL_KEYS = (
 )
 
 
-_DISPLAY = {"right_square_bracket": "]", "left_square_bracket": "["}
+_DISPLAY = {
+    "right_square_bracket": "]",
+    "left_square_bracket": "[",
+    "right_curly_bracket": "}",
+    "left_curly_bracket": "{",
+}
 
 
 @dataclass
@@ -78,6 +85,17 @@ class ProtocolApp(App[int]):
     walkthrough: Walkthrough | None = None
     notes: Notes | None = None
     notes_store: NotesStore | None = None
+
+    def notify(self, message: str, *args: Any, **kwargs: Any) -> None:
+        """A toast, unless the same words are on screen already: a second copy only covers the timeline."""
+        if any(n.message == message for n in getattr(self, "_notifications", ())):
+            return
+        super().notify(message, *args, **kwargs)
+
+    def action_protocol_scroll(self, pages: int) -> None:
+        for panel in self.query(ProtocolPanel):
+            panel.scroll_facts(pages)
+
     _mark_start_ns: float | None = None
     _base_phases: list[Phase] | None = None
 

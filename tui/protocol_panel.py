@@ -16,6 +16,8 @@ from gaplens.analysis.protocol import Step
 from gaplens.analysis.words import STEP_TITLES
 
 KEYS_HINT = "] next · [ back · e write · b note · m mark phase · B notes · E export · P close"
+#: Under the step's text when it does not fit (80×24: step 1's facts are cut): say so, and how to read on.
+MORE_HINT = "▼ more below: } scrolls down, { up"
 
 
 @dataclass
@@ -53,6 +55,7 @@ class ProtocolPanel(Vertical):
     ProtocolPanel > #protocol-progress { color: $text-muted; height: auto; }
     ProtocolPanel > #protocol-question { text-style: italic; height: auto; margin: 1 0 0 0; }
     ProtocolPanel > #protocol-facts-box { height: 1fr; margin: 1 0 0 0; }
+    ProtocolPanel > #protocol-more { color: $text-accent; height: auto; display: none; }
     ProtocolPanel > #protocol-words-label { text-style: bold; height: auto; }
     ProtocolPanel > #protocol-answer { height: 3; }
     ProtocolPanel > #protocol-keys { color: $text-muted; height: auto; }
@@ -66,6 +69,7 @@ class ProtocolPanel(Vertical):
         yield Static(id="protocol-question")
         with VerticalScroll(id="protocol-facts-box"):
             yield Static(id="protocol-facts")
+        yield Static(Text(MORE_HINT), id="protocol-more")
         yield Static(Text("Your words (e to write, enter to save)"), id="protocol-words-label")
         yield AnswerInput(id="protocol-answer")
         yield Static(Text(KEYS_HINT), id="protocol-keys")
@@ -83,6 +87,27 @@ class ProtocolPanel(Vertical):
         box = self.query_one(AnswerInput)
         box.value = answer
         box.placeholder = step.suggestion or "type here, enter to save"
+        self.query_one("#protocol-facts-box", VerticalScroll).scroll_home(animate=False)
+        self.call_after_refresh(self.update_more)
+
+    def on_mount(self) -> None:
+        self.watch(self.query_one("#protocol-facts-box", VerticalScroll), "scroll_y", self._scrolled, init=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self.update_more)
+
+    def _scrolled(self, _y: float) -> None:
+        self.update_more()
+
+    def update_more(self) -> None:
+        """Show ``MORE_HINT`` while the step's text runs past the bottom of its box."""
+        facts = self.query_one("#protocol-facts-box", VerticalScroll)
+        self.query_one("#protocol-more", Static).display = facts.scroll_y < facts.max_scroll_y
+
+    def scroll_facts(self, pages: int) -> None:
+        """Scroll the step's text by ``pages`` boxfuls (less one line, so the reader keeps their place)."""
+        facts = self.query_one("#protocol-facts-box", VerticalScroll)
+        facts.scroll_relative(y=pages * max(1, facts.size.height - 1), animate=False)
 
     def focus_answer(self) -> None:
         box = self.query_one(AnswerInput)
