@@ -23,7 +23,7 @@ from gaplens.analysis.protocol import KERNEL_BOUND_PCT, Walkthrough
 from gaplens.analysis.regions import active_compute_pct
 from gaplens.analysis.smells import rollup, smells
 from gaplens.analysis.summary import summary
-from gaplens.analysis.words import COMM_LEVER, KERNEL_LEVER, LEVERS, WARMUP_LEVER
+from gaplens.analysis.words import COMM_LEVER, KERNEL_LEVER, LEVERS
 from gaplens.loaders import load
 from gaplens.loaders.model import GPU_WORK_KINDS
 from tests.conftest import ROOT, loaded, public
@@ -316,7 +316,9 @@ def test_first_call_is_host_work_with_the_deepest_op_as_evidence(traces):
     walk = Walkthrough(trace)
     # The request it lies in took 20× its siblings: a one-off warm-up cost, and the lever says so.
     assert any(f.startswith("request 0 took") and "warm-up" in f for f in walk.step(4).facts)
-    assert walk.experiment()[0] == WARMUP_LEVER
+    # Step 6 goes to what steady requests pay, and says THE gap is warm-up (issue 19 item 6).
+    assert "warm-up request 0 set apart" in walk.proposal.because
+    assert any("lies outside the steady time: warm-up" in f for f in walk.step(6).facts)
 
 
 # ---- 7. smells roll up, shares stay under 100%, levers fit the workload ----------------------------------
