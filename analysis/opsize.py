@@ -632,6 +632,15 @@ def size_index_select(a: Args) -> OpSize | None:
     return OpSize(0.0, a.nbytes(2) + 2 * out, a.dtype(0), "bytes")
 
 
+def size_gather(a: Args) -> OpSize | None:
+    """gather(self, dim, index, ...): index read + one element of self read per index + the output written."""
+    s, si = a.shape(0), a.shape(2)
+    if s is None or si is None:
+        return None
+    picked = math.prod(si) * a.itemsize(0)
+    return OpSize(0.0, a.nbytes(2) + 2 * picked, a.dtype(0), "bytes")
+
+
 def size_embedding_backward(a: Args) -> OpSize | None:
     """embedding_dense_backward(grad_out[...,D], indices, num_weights, ...): grad_out + indices read, the
     whole gradient table (num_weights·D) written."""
@@ -662,6 +671,7 @@ _FORMULAS = {
     "random_": size_fill,
     "embedding": size_embedding,
     "index_select": size_index_select,
+    "gather": size_gather,
     "embedding_dense_backward": size_embedding_backward,
     "native_layer_norm_backward": size_norm_backward,
     "native_batch_norm_backward": size_norm_backward,

@@ -117,6 +117,8 @@ def test_memory_bound_ops_bytes():
         "aten::embedding", [[32000, 1024], [2, 256], [], [], []], [BF, "long int", "Scalar", "Scalar", "Scalar"]
     )
     assert s.bytes == 8 * 512 + 2 * (512 * 1024 * 2)  # indices + gathered rows read + output written
+    s = size_op("aten::gather", [[32000, 1024], [], [512, 1024], [], []], [BF, "Scalar", "long int", "Scalar", ""])
+    assert s.bytes == 8 * 512 * 1024 + 2 * (2 * 512 * 1024)  # index + gathered elements read + output written
     s = size_op("aten::copy_", [[1024, 1024], [1024, 1024], []], [BF, F32, "Scalar"], ["", "", "False"])
     assert s.bytes == 2 * 1024 * 1024 + 4 * 1024 * 1024
     s = size_op("aten::_to_copy", [[1024, 1024], [], [], [], [], [], []], [F32, "Scalar"] + [""] * 5, ["", "15"])
