@@ -492,9 +492,8 @@ def _removal(trace: Trace, b: _Base, cause: str):
 def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
     b = rp.base
     n = b.g.size
-    enew = np.full(n, NEG, np.int64)
+    enew = np.full(n, NEG, np.int64)  # in chunk order (below) until the end
     snew = np.full(n, NEG, np.int64)
-    xnew = np.full(n, NEG, np.int64)  # running max of new ends on the lane, through each op
     if n == 0:
         rp.snew, rp.enew = snew, enew
         return
@@ -511,81 +510,87 @@ def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) 
     ref_b = np.where(prev >= 0, b.b_end[np.maximum(prev, 0)] if nb else 0, t0)
     host_off = (rp.deleted.before(bt, b.b_end) - rp.deleted.before(bt, ref_b) + b.b_wait).tolist()
     prev_l = (prev + 1).tolist()
-    b_op = b.b_op.tolist()
     b_e_old = b.e[b.b_op].tolist() if nb else []
     b_slack = b.b_slack.tolist()
     unblock_l = unblock.tolist()
-    # chunks: ops starting between consecutive returns, as position ranges per lane
-    n_lanes = b.lane_lo.size
-    lane_key = b.lane_rank * span + (b.s - t0)
-    bounds = np.concatenate((b.b_end, [t0 + span]))
-    q = (np.arange(n_lanes)[:, None] * span + (np.clip(bounds, t0, None) - t0)[None, :]).ravel()
-    P = np.searchsorted(lane_key, q, "left").reshape(n_lanes, -1)
-    P = np.concatenate((b.lane_lo[:, None], P), axis=1)  # column 0: each lane's first op
-    lane_hi = np.append(b.lane_lo[1:], n)
-    P = np.minimum(P, lane_hi[:, None])
+    # chunks: the ops that start between two consecutive returns, laid out chunk by chunk and, inside a
+    # chunk, lane by lane (a segment): every scan below reads contiguous slices
+    chunk = np.searchsorted(b.b_end, b.s, "right")
+    perm = np.lexsort((b.s, b.lane_rank, chunk))
+    inv = np.empty(n, np.int64)
+    inv[perm] = np.arange(n)
+    ch, lane = chunk[perm], b.lane_rank[perm]
+    r, ov, dd = b.r[perm], b.ov[perm], dnew[perm]
+    rd = r + dd
+    ainc = np.maximum(0, rd - ov)
+    anchor, wov = b.anchor[perm], b.wov[perm]
+    lfix, lkk = a_fix[perm], a_kk[perm]
+    ws = np.where(b.wsrc[perm] >= 0, inv[np.maximum(b.wsrc[perm], 0)], -1)
+    new_seg = np.ones(n, dtype=bool)
+    new_seg[1:] = (ch[1:] != ch[:-1]) | (lane[1:] != lane[:-1])
+    seg_lo = np.flatnonzero(new_seg)
+    seg_hi = np.append(seg_lo[1:], n)
+    seg_of = np.cumsum(new_seg) - 1
+    a_glob = np.cumsum(ainc)
+    aseg = a_glob - (a_glob - ainc)[seg_lo][seg_of]  # the scan's A, restarted per segment
+    seg_ptr = np.searchsorted(ch[seg_lo], np.arange(nb + 2), "left")
+    has_w = np.zeros(seg_lo.size, dtype=bool)
+    wmask = ws >= 0
+    np.logical_or.at(has_w, seg_of[wmask], True)
+    inner = np.zeros(nb + 1, dtype=bool)  # chunks where an op waits on another op of the same chunk
+    inner[ch[wmask][ch[np.maximum(ws[wmask], 0)] == ch[wmask]]] = True
+    seg_lane = lane[seg_lo].tolist()
+    lo_l, hi_l, w_l = seg_lo.tolist(), seg_hi.tolist(), has_w.tolist()
+    b_op_c = inv[b.b_op].tolist() if nb else []
+    lane_x = np.full(b.lane_lo.size, NEG, np.int64)  # running max of new ends per lane, so far
     shift = rp.base_shift
-    ctx = (b, dnew, a_fix, a_kk, shift, enew, snew, xnew)
+    ectx = (r, ov, dd, rd, aseg, anchor, wov, lfix, lkk, ws, enew, snew, shift)
+
+    def run_chunk(c: int) -> None:
+        j0, j1 = int(seg_ptr[c]), int(seg_ptr[c + 1])
+        if j0 == j1:
+            return
+        carries = [int(lane_x[seg_lane[j]]) for j in range(j0, j1)]
+        for _ in range(MAX_WAIT_PASSES if inner[c] else 1):
+            before = enew[lo_l[j0] : hi_l[j1 - 1]].copy() if inner[c] else None
+            for j in range(j0, j1):
+                lane_x[seg_lane[j]] = _segment(ectx, lo_l[j], hi_l[j], carries[j - j0], w_l[j])
+            if before is None or np.array_equal(before, enew[lo_l[j0] : hi_l[j1 - 1]]):
+                break
+
     for k in range(nb):
-        _chunk(ctx, P[:, k], P[:, k + 1])
+        run_chunk(k)
         cand = shift[prev_l[k]] - host_off[k]
         if not unblock_l[k]:
-            o = b_op[k]
+            o = b_op_c[k]
             cand = max(cand, int(enew[o]) - b_e_old[k] - b_slack[k])
         shift[k + 1] = cand
-    _chunk(ctx, P[:, nb], P[:, nb + 1])
-    rp.snew, rp.enew = snew, enew
+    run_chunk(nb)
+    rp.snew, rp.enew = np.empty(n, np.int64), np.empty(n, np.int64)
+    rp.snew[perm], rp.enew[perm] = snew, enew
 
 
-def _chunk(ctx: tuple, lo: np.ndarray, hi: np.ndarray) -> None:
-    """Replay the ops at positions [lo[l], hi[l]) of each lane l: a segmented max-plus scan per lane."""
-    b, dnew, a_fix, a_kk, shift, enew, snew, xnew = ctx
-    lens = hi - lo
-    live = lens > 0
-    if not live.any():
-        return
-    lo, lens = lo[live], lens[live]
-    total = int(lens.sum())
-    seg_start = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    idx = np.repeat(lo - seg_start, lens) + np.arange(total)
-    seg = np.repeat(np.arange(lens.size), lens)
-    first_pos = lo  # position in g of each segment's first op
-    carry = np.where(first_pos > b.lane_lo[b.lane_rank[first_pos]], xnew[np.maximum(first_pos - 1, 0)], NEG)
-    has_l = b.call[idx] >= 0
-    L = np.where(has_l, a_fix[idx] + shift[a_kk[idx]], NEG)
-    ws = b.wsrc[idx]
-    r, ov, dd = b.r[idx], b.ov[idx], dnew[idx]
-    a_inc = np.maximum(0, r + dd - ov)
-    A = np.cumsum(a_inc)
-    A -= np.repeat(A[seg_start] - a_inc[seg_start], lens)
-    for _ in range(MAX_WAIT_PASSES):
-        W = np.where(ws >= 0, enew[np.maximum(ws, 0)] - b.wov[idx], NEG)
-        B = np.maximum(np.maximum(L, W), b.anchor[idx])
-        bb = np.where(B > NEG // 2, B + r + dd, NEG)
-        vals = bb - A
-        finite = vals > NEG // 2
-        if finite.any():
-            lo_v = int(vals[finite].min()) - 1
-            hi_v = int(vals[finite].max())
-            width = hi_v - lo_v + 1
-            sh = np.where(finite, vals, lo_v) - lo_v + seg * width
-            pm = np.maximum.accumulate(sh) - seg * width + lo_v
-            pm = np.where(pm <= lo_v, NEG, pm)
-        else:
-            pm = np.full(total, NEG, np.int64)
-        c = np.repeat(carry, lens)
-        best = np.maximum(c, pm)
-        x = np.where(best > NEG // 2, A + best, NEG)
-        x_prev = np.empty_like(x)
-        x_prev[1:] = x[:-1]
-        x_prev[seg_start] = carry
-        st = np.maximum(np.where(x_prev > NEG // 2, x_prev - ov, NEG), B)
-        st = np.where(st > NEG // 2, st + r, b.s[idx])
-        en = st + dd
-        changed = not np.array_equal(en, enew[idx])
-        snew[idx], enew[idx], xnew[idx] = st, en, np.maximum(x, en)
-        if not changed or not (ws >= 0).any():
-            break
+def _segment(ectx: tuple, lo: int, hi: int, carry: int, waits: bool) -> int:
+    """Replay one lane's ops [lo, hi) of one chunk: x_i = max(x_{i-1} + a_i, b_i) as a prefix max.
+
+    x is the lane's running max of new ends; an op starts at max(x_{i-1} - its overlap, its launch's and
+    its wait's new arrival) + its own latency. Returns x after the last op (the next segment's carry).
+    """
+    r, ov, dd, rd, aseg, anchor, wov, lfix, lkk, ws, enew, snew, shift = ectx
+    sl = slice(lo, hi)
+    bnd = np.maximum(lfix[sl] + shift[lkk[sl]], anchor[sl])
+    if waits:
+        w = ws[sl]
+        bnd = np.maximum(bnd, np.where(w >= 0, enew[np.maximum(w, 0)] - wov[sl], NEG))
+    a = aseg[sl]
+    x = a + np.maximum(np.maximum.accumulate(bnd + rd[sl] - a), carry)
+    x_prev = np.empty_like(x)
+    x_prev[0] = carry
+    x_prev[1:] = x[:-1]
+    st = np.maximum(x_prev - ov[sl], bnd) + r[sl]
+    snew[sl] = st
+    enew[sl] = st + dd[sl]
+    return int(x[-1])
 
 
 # ---- steps and the answer -------------------------------------------------------------------
@@ -693,10 +698,13 @@ def whatif(trace: Trace, changes: list[Change]) -> dict:
         clock = marker_clock(trace)
         m_old = np.zeros((2, h0.size), np.int64)
         m_new = np.zeros((2, h0.size), np.int64)
-        for k in range(h0.size):  # per step (tens to thousands): a stream choice each
-            lane = clock.stream_for(st.pid, int(h0[k]), int(h1[k]))[0] if st.pid is not None else -1
-            mo, mn = _marker_times(trace, rp, lane, np.asarray([h0[k], h1[k]]), np.asarray([n0[k], n1[k]]))
-            m_old[:, k], m_new[:, k] = mo, mn
+        lanes = np.asarray(
+            [clock.stream_for(st.pid, int(a), int(z))[0] if st.pid is not None else -1 for a, z in st.host], np.int64
+        )
+        for lane in np.unique(lanes).tolist():  # per stream the steps were timed on (one or a few)
+            k = np.flatnonzero(lanes == lane)
+            mo, mn = _marker_times(trace, rp, lane, np.concatenate((h0[k], h1[k])), np.concatenate((n0[k], n1[k])))
+            m_old[:, k], m_new[:, k] = mo.reshape(2, -1), mn.reshape(2, -1)
         measured = np.asarray([z - a for a, z in st.spans], np.int64)
         # the change moves the marker times; the owner's measured span stays the reference
         predicted = np.maximum(measured + (m_new[1] - m_old[1]) - (m_new[0] - m_old[0]), 0)

@@ -72,3 +72,12 @@ def test_copy_pair_pinned_and_prefetched() -> None:
     predicted = np.median([p for _, _, p in range_times(fault, pinned, r"ProfilerStep#\d+")]) / 1e6
     fixed, faulty = (_meta(f"copy_{k}")["summary"]["step_host_ms_median"] for k in ("fixed", "fault"))
     assert fixed < predicted < 0.5 * faulty
+
+
+@pytest.mark.parametrize("name", ["island_fault", "loader_fault", "copy_fault", "graphs_fault", "dependency"])
+def test_no_change_replays_every_step_exactly(name: str) -> None:
+    """The replay of an unchanged graph is the trace itself: every slack kept, every edge honoured."""
+    r = whatif(load(str(DATA / f"{name}.json.gz")), [])
+    assert r["window_ns"]["predicted"] == r["window_ns"]["measured"]
+    assert r["per_step"] and all(s["predicted_ns"] == s["measured_ns"] for s in r["per_step"])
+    assert all(s["predicted_host_ns"] == s["measured_host_ns"] for s in r["per_step"])
