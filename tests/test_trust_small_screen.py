@@ -62,6 +62,7 @@ def test_step_one_at_80x24_says_there_is_more_and_scrolls_to_it(trace):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_step_one_on_a_tall_screen_has_no_hint(trace):
     app = make_app(str(trace))
 
@@ -74,6 +75,7 @@ def test_step_one_on_a_tall_screen_has_no_hint(trace):
     asyncio.run(main())
 
 
+@pytest.mark.slow
 def test_the_same_toast_is_not_stacked(trace):
     """P, P, P while the walkthrough is read, enter twice on an answer: each message is on screen once."""
     app = make_app(str(trace))
