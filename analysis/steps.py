@@ -258,7 +258,9 @@ def _main_steps(trace: Trace) -> Steps:
     if len(found) == 1:
         return next(iter(found.values()))
     work = _launches_by_pid(trace)
-    return max(found.values(), key=lambda st: (work.get(st.pid, 0), -list(found).index(st.pid or 0)))
+    order = {pid: k for k, pid in enumerate(found)}
+    # The process that launches most GPU work (the first one on a tie): a front end is not the step.
+    return max(found.values(), key=lambda st: (work.get(st.pid, 0), -order.get(st.pid, 0)))
 
 
 def _launches_by_pid(trace: Trace) -> dict[int, int]:

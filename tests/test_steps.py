@@ -353,3 +353,20 @@ def test_decode_sample_step_matches_cuda_events():
     st = steps(trace)
     assert (st.label, st.count) == ("decode_step", truth["decode"]["decode_steps"])
     assert st.median_ns / 1e6 == pytest.approx(truth["summary"]["decode_step_gpu_ms_median"], rel=0.03)
+
+
+def test_the_step_of_a_trace_is_the_gpu_launching_process():
+    """A front end (no CUDA calls) with ``request N`` and a worker with ``decode_step N``: each process has
+    its steps; the trace's step is the worker's, the process that launches the GPU work."""
+    b = Builder()
+    front = (LaneKind.ANNOTATIONS, 200, 200)
+    for k in range(3):
+        b.cols.add(front, k * 10_000_000, k * 10_000_000 + 9_000_000, f"request {k}", Kind.ANNOTATION)
+        t = k * 10_000_000 + 1_000_000
+        b.phase(t, t + 5_000_000, f"decode_step {k}")
+        b.launch(t + 1_000, t + 2_000, t + 3_000, t + 4_000_000)
+    trace = b.trace()
+    st = steps(trace)
+    assert (st.label, st.pid, st.count) == ("decode_step", 100, 3)
+    assert steps(trace, 200).label == "request"
+    assert summary(trace, top=1)["step_by_process"].keys() == {"100", "200"}
