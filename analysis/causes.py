@@ -47,6 +47,9 @@ DISPATCH_MAX_NS = 100_000
 #: A first launch of a kernel longer than this loaded its module (launches take microseconds, lazy
 #: module loading milliseconds): warm-up host work, not launch overhead.
 WARMUP_LAUNCH_NS = 1_000_000
+#: An op that starts this long after its launch returned, with the device empty meanwhile, gets a note:
+#: queueing on an idle device takes microseconds.
+QUEUE_NOTE_NS = 1_000_000
 THREAD_CLASSES = ("sync", "copy", "launch", "host")
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
@@ -362,12 +365,42 @@ def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kn
     if "cpu_ops" in trace.meta.lacks:
         for i in np.flatnonzero(cause == col["host"]).tolist():
             messages[i] = messages[i] or HOST_UNSEEN_HINT
+    for i, text in _queue_notes(trace, reg, nxt, cause).items():
+        messages[i] = f"{messages[i]}; {text}" if messages[i] else text
     unknown = np.flatnonzero(cause == col["unknown"])
     if unknown.size:
         cpu = has_cpu_side(trace)
         for i in unknown.tolist():
             messages[i] = CAPTURE_HINT if not cpu else (NO_LAUNCH_HINT if nxt[i] >= 0 else NO_NEXT_HINT)
     return messages
+
+
+def _queue_notes(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray) -> dict[int, str]:
+    """Regions whose op started more than ``QUEUE_NOTE_NS`` after its launch call returned while the device
+    ran nothing at all: nothing in the trace explains the delay (lazy module loading, a graph's first upload,
+    or host and device clocks that disagree). Said, with the numbers, rather than blamed on anyone."""
+    from gaplens.analysis.units import fmt_ns
+
+    a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
+    a0 = np.maximum(a, 0)
+    op_start = trace.start_ns[np.maximum(nxt, 0)]
+    delay = op_start - trace.end_ns[a0]
+    cand = np.flatnonzero((a >= 0) & (delay > QUEUE_NOTE_NS) & ~np.isin(cause, [CAUSES.index("idle")]))
+    out: dict[int, str] = {}
+    if cand.size == 0:
+        return out
+    splits = device_splits(trace)
+    for i in cand.tolist():
+        sp = splits.get(int(reg.device[i]))
+        if sp is None or sp.busy.busy_in(int(trace.end_ns[a0[i]]), int(op_start[i])) > 0:
+            continue  # other work ran meanwhile: the queue explains the wait
+        call = trace.name(int(a0[i]))
+        out[i] = (
+            f"{trace.name(int(nxt[i]))[:60]} started {fmt_ns(int(delay[i]))} after {call} returned, with nothing "
+            "running on the device: a queue delay the trace does not explain (lazy module loading, a graph's "
+            "first upload, or host and device clocks that disagree)"
+        )
+    return out
 
 
 @per_trace

@@ -222,3 +222,30 @@ def test_kernel_launched_inside_an_nccl_range_is_comm():
     tr = b.trace()
     share = busy_share(tr)
     assert share.comm_ns == 570 and share.compute_ns == 88 + 30
+
+
+def test_a_long_queue_delay_on_an_empty_device_gets_a_note():
+    """k2's graph launch returns at 1 ms; its first kernel starts 8 ms later and nothing runs meanwhile.
+
+    thread  [k1]  [cudaGraphLaunch]
+    stream7  █k1█                   ........ 8 ms, device empty ........ ███k2███
+    """
+    ms = 1_000_000
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    c = b.call(ms - 10_000, ms, "cudaGraphLaunch")
+    b.op(c, 9 * ms, 9 * ms + 100, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert "started 8 ms after cudaGraphLaunch returned" in g.message
+    assert "clocks" in g.message
+
+
+def test_no_queue_note_when_other_work_ran_meanwhile():
+    """k2 waits 8 ms behind k1b on another stream: the queue explains it, no note."""
+    ms = 1_000_000
+    b = Builder()
+    b.launch(0, 10, 12, 100, s=7, name="k1")
+    b.launch(20, 30, 200, 8 * ms, s=13, name="k1b")
+    b.launch(40, 50, 9 * ms, 9 * ms + 100, s=7, name="k2")
+    for g in analyse_gaps(b.trace()):
+        assert "does not explain" not in g.message
