@@ -479,6 +479,7 @@ def _removal(trace: Trace, b: _Base, cause: str):
     desc = {
         "kind": "remove",
         "cause": cause,
+        "island_min_ns": island_min_ns(trace) if cause in ("host", "launch") else None,
         "regions": int(sel.size),
         "on_critical_path": int(on.sum()),
         "blank_ns": int(dur.sum()),
@@ -743,7 +744,8 @@ def whatif(trace: Trace, changes: list[Change]) -> dict:
             "predicted_host_median_ns": med["ph"],
         },
         "per_step": per_step,
-        "notes": _notes(rp, described, measured_window, predicted_window, med["m"], med["p"], st.label),
+        "notes": _notes(rp, described, measured_window, predicted_window, med["m"], med["p"], st.label)
+        + _comm_note(trace, rp),
     }
 
 
@@ -759,7 +761,13 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
     for d in described:
         if d["kind"] == "remove":
             if d["regions"] == 0:
-                notes.append(f"no blank region has cause {d['cause']}: nothing to remove")
+                if d["cause"] == "host" and d.get("island_min_ns"):
+                    notes.append(
+                        f"no host island (a host-cause blank region of at least {fmt_ns(d['island_min_ns'])}): "
+                        "shorter host gaps between launches are the launch loop (--remove launch)"
+                    )
+                else:
+                    notes.append(f"no blank region has cause {d['cause']}: nothing to remove")
                 continue
             if d["untraced_regions"]:
                 notes.append(
@@ -782,6 +790,8 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
         else:
             if d["ops"] == 0:
                 notes.append(f"no GPU op matches {d['glob']!r}: nothing to scale")
+            elif d["factor"] == 1:
+                notes.append(f"--scale '{d['glob']}=1' changes nothing")
             elif no_gain:
                 notes.append(
                     f"no gain from --scale '{d['glob']}={d['factor']:g}' ({d['ops']} ops, "
@@ -789,6 +799,22 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
                     "(other streams carried the time, or the host set the pace)"
                 )
     return notes
+
+
+def _comm_note(trace: Trace, rp: Replay) -> list[str]:
+    """Collectives moved by the change keep their recorded length: how long they waited is the peers' affair."""
+    from gaplens.analysis.comm import comm_mask
+
+    b = rp.base
+    if b.g.size == 0:
+        return []
+    comm = comm_mask(trace)[b.g]
+    if not (comm & (rp.enew != b.e)).any():
+        return []
+    return [
+        "collectives moved by the change keep their recorded durations: a rank that arrives earlier may wait "
+        "longer for its peers, which this trace does not show (read the job with gaplens ranks)"
+    ]
 
 
 def predicted_gain(trace: Trace, cause: str) -> tuple[int, int] | None:
