@@ -135,29 +135,33 @@ def gap_steps(trace: Trace, cols: GapColumns, st: Steps) -> np.ndarray:
     return out
 
 
-def first_call_warmup(trace: Trace, cols: GapColumns) -> np.ndarray:
-    """Gaps ended by a kernel whose launch call ran ``FIRST_CALL_MIN_NS`` or more and is the first of its name.
+def first_calls(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Whether each GPU op was queued by a launch call of ``FIRST_CALL_MIN_NS`` or more that is the first of its name.
 
     The runtime loaded the kernel's module (or compiled it) inside that first call: a one-off, warm-up.
     """
-    out = np.zeros(len(cols), bool)
-    nxt = cols.next_op
-    ok = np.flatnonzero(nxt >= 0)
-    if ok.size == 0:
+    ops = np.asarray(ops, np.int64)
+    out = np.zeros(ops.size, bool)
+    ok = ops >= 0
+    if not ok.any():
         return out
-    op = nxt[ok]
+    op = ops[ok]
     call = trace.launch[op]
     has = call >= 0
-    long = np.zeros(ok.size, bool)
+    long = np.zeros(op.size, bool)
     long[has] = (trace.end_ns[call[has]] - trace.start_ns[call[has]]) >= FIRST_CALL_MIN_NS
     if not long.any():
         return out
     kernels = np.flatnonzero(trace.kind == int(Kind.KERNEL))
     first = np.full(len(trace.names), np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first, trace.name_id[kernels], trace.start_ns[kernels])
-    firsts = trace.start_ns[op] <= first[trace.name_id[op]]
-    out[ok] = long & firsts
+    out[ok] = long & (trace.start_ns[op] <= first[trace.name_id[op]])
     return out
+
+
+def first_call_warmup(trace: Trace, cols: GapColumns) -> np.ndarray:
+    """Gaps ended by an op whose launch was a first-call module load (``first_calls``)."""
+    return first_calls(trace, cols.next_op)
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -39,6 +39,7 @@ import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
+from gaplens.analysis.experiment import first_calls
 from gaplens.analysis.gaps import Gap, analyse_gaps
 from gaplens.analysis.levers import fitted_lever
 from gaplens.analysis.memo import per_trace
@@ -47,7 +48,7 @@ from gaplens.analysis.phases import family, innermost, phases
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
-from gaplens.analysis.words import CAUSE_SMELL, CAUSE_WORDS, SMELL_NAMES, SMELLS
+from gaplens.analysis.words import CAUSE_SMELL, CAUSE_WORDS, SMELL_NAMES, SMELLS, WARMUP_LEVER
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import Kind, Trace
 
@@ -145,6 +146,8 @@ def _smells(trace: Trace, gaps: list[Gap] | None, st: Steps | None) -> list[Find
     work = workload_kind(trace)
     for f in out:
         f.lever = fitted_lever(trace, f.kind, work, f.evidence if f.kind == "copy_on_path" else None)
+        if f.numbers.get("warmup"):
+            f.lever = WARMUP_LEVER
         inner = innermost(device_phases(trace, f.device), f.start_ns, f.end_ns)
         if inner is not None:
             f.family, f.phase = family(inner.name), inner.event
@@ -235,10 +238,10 @@ def rollup(trace: Trace, findings: list[Finding]) -> list[SmellGroup]:
     counts: dict[str, int] = {}
     for p in phases(trace):
         counts[family(p.name)] = counts.get(family(p.name), 0) + 1
-    groups: dict[tuple[str, str, int], list[Finding]] = {}
-    for f in findings:
-        groups.setdefault((f.kind, f.family, f.device), []).append(f)
-    out = [SmellGroup(k, fam, dev, fs, counts.get(fam, 0) if fam else 0) for (k, fam, dev), fs in groups.items()]
+    groups: dict[tuple[str, str, int, bool], list[Finding]] = {}
+    for f in findings:  # a one-off warm-up finding is its own group: its lever is not the steady one's
+        groups.setdefault((f.kind, f.family, f.device, bool(f.numbers.get("warmup"))), []).append(f)
+    out = [SmellGroup(k, fam, dev, fs, counts.get(fam, 0) if fam else 0) for (k, fam, dev, _), fs in groups.items()]
     out.sort(key=lambda g: -g.total_ns)
     return out
 
@@ -309,13 +312,19 @@ def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
             continue
         if not in_phases(trace, g.start_ns, g.end_ns):
             continue
-        ev = g.evidence
-        if not ev:
-            nxt = next_compute_ops(trace, np.asarray([g.device]), np.asarray([g.end_ns]))
-            ev = evidence(trace, g, int(nxt[0]))
+        nxt = int(next_compute_ops(trace, np.asarray([g.device]), np.asarray([g.end_ns]))[0])
+        ev = g.evidence or evidence(trace, g, nxt)
         host = g.shares.get("host", 0.0)
         share = step_share(st, g.start_ns, g.end_ns)
         of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
+        numbers = {"host_share": host, "step_share": None if share is None else round(share, 3)}
+        what = f"while the host ran CPU work with no CUDA calls ({100 * host:.0f}% of the gap)"
+        if first_calls(trace, np.asarray([nxt]))[0]:
+            # The first launch of a kernel that loads its module: warm-up, not a steady cost.
+            call = int(trace.launch[nxt])
+            took = fmt_ns(int(trace.end_ns[call] - trace.start_ns[call]))
+            what = f"while the first launch of {trace.name(nxt)[:60]} ran {took} (module load): a one-off warm-up cost"
+            numbers["warmup"] = True
         out.append(
             Finding(
                 "host_island",
@@ -323,9 +332,8 @@ def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
                 g.end_ns,
                 g.device,
                 ev,
-                f"device idle {fmt_ns(g.dur_ns)}{of_step} while the host ran CPU work with no CUDA calls "
-                f"({100 * host:.0f}% of the gap)",
-                {"host_share": host, "step_share": None if share is None else round(share, 3)},
+                f"device idle {fmt_ns(g.dur_ns)}{of_step} {what}",
+                numbers,
             )
         )
     return out

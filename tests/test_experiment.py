@@ -16,7 +16,7 @@ from gaplens.analysis import experiment as ex
 from gaplens.analysis.levers import CopyKind, fitted_lever, launches, tokenises
 from gaplens.analysis.protocol import Walkthrough
 from gaplens.analysis.smells import smells
-from gaplens.analysis.words import COMM_LEVER, LEVERS
+from gaplens.analysis.words import COMM_LEVER, LEVERS, WARMUP_LEVER
 from gaplens.analysis.workload import kind
 from gaplens.loaders import load
 from gaplens.loaders.model import Kind
@@ -161,6 +161,12 @@ def test_a_first_call_module_load_is_warm_up_not_a_fence():
     exp = ex.experiment(trace)
     assert "one-off first-call launch (6 ms, module load) set apart" in exp.because
     assert exp.group != "launch"
+    # The smells say so too: a warm-up host island with the warm-up lever, not a fence to fuse.
+    found = smells(trace)
+    assert not [f for f in found if f.kind == "picket_fence"]
+    warm = [f for f in found if f.numbers.get("warmup")]
+    assert len(warm) == 1 and warm[0].dur_ns >= 6 * MS and warm[0].lever == WARMUP_LEVER
+    assert "first launch of k0 ran 6 ms (module load)" in warm[0].summary
 
 
 # ---- sensitivity: the thresholds that decide a verdict, on traces they were not tuned on -----------------

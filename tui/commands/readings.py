@@ -112,7 +112,7 @@ def render_smells(trace: Trace, findings) -> str:
                 lines.append(f"    … {len(g.findings) - 3} more (--json lists each)")
     lines.append("")
     lines.append("levers:")
-    for kind, lever in dict((f.kind, f.lever) for f in findings).items():
+    for kind, lever in dict.fromkeys((f.kind, f.lever) for f in findings):  # each distinct lever once
         lines.append(f"  {kind:<13} {lever}")
     return "\n".join(lines)
 
