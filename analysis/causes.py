@@ -37,6 +37,7 @@ from gaplens.analysis.busy import (
 )
 from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
 from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
 from gaplens.analysis.gaps import CAUSES, Gap
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.regions import Regions
@@ -319,13 +320,21 @@ def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, n
     out[:, col["copy"]] = (comm_copy_ns - comm_ns) / dur
     out[:, col["profiler"]] = (either_ns - comm_copy_ns) / dur
     rest = np.clip(1.0 - either_ns / dur, 0.0, 1.0)
-    split, known = split_gaps(trace, starts, ends, nxt)
-    queued = known & queued_before(trace, nxt, starts)
+    queued = queued_before(trace, nxt, starts)
+    # Launched during the region: the host was late until its call returned; what the op waited after that,
+    # beyond the launch path's own latency, it waited queued (a dependency), not for the host.
+    a = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
+    launch_end = np.where(a >= 0, trace.end_ns[np.maximum(a, 0)], ends)
+    waited = np.clip(ends - launch_end - QUEUE_AS_LAUNCH_NS, 0, ends - starts)
+    waited = np.where(queued | (a < 0), 0, waited)
+    split, known = split_gaps(trace, starts, ends - waited, nxt)
+    queued &= known
     frac = split / dur[:, None]
     total = np.maximum(frac.sum(axis=1), 1e-12)
+    late = rest * (1.0 - waited / dur)
     for k, c in enumerate(THREAD_CLASSES):
-        out[:, col[c]] += np.where(known & ~queued, rest * frac[:, k] / total, 0.0)
-    out[:, col["dependency"]] = np.where(queued, rest, 0.0)
+        out[:, col[c]] += np.where(known & ~queued, late * frac[:, k] / total, 0.0)
+    out[:, col["dependency"]] = np.where(queued, rest, np.where(known, rest * waited / dur, 0.0))
     out[:, col["unknown"]] = np.where(known, 0.0, rest)
     out[reg.idle] = 0.0
     out[reg.idle, col["idle"]] = 1.0
@@ -544,26 +553,27 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
     thread = trace.lanes[int(trace.lane[call])]
     cls = api_class(trace)
     calls: list[tuple[int, int]] = []
-    ops: list[tuple[int, int, int]] = []  # (depth, overlap, event)
+    op_parts: list[tuple[np.ndarray, np.ndarray]] = []  # (events, overlap) per CPU-op lane
     annotations: list[tuple[int, int]] = []
     for ln in trace.lanes:
         if (ln.pid, ln.tid) != (thread.pid, thread.tid):
             continue
-        for row in trace.rows_of(ln.id):
-            idx = trace.window(row, g.start_ns, g.end_ns)
-            if idx.size == 0:
-                continue
-            ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
-            if ln.kind == LaneKind.CUDA_API:
-                keep = cls[idx] >= Call.COPY
-                calls += [(int(o), int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
-            elif ln.kind == LaneKind.CPU_OPS:
-                depth = int(trace.row_depth[row])
-                ops += [(depth, int(o), int(i)) for i, o in zip(idx, ov, strict=True)]
-            elif ln.kind == LaneKind.ANNOTATIONS:
-                full = (trace.start_ns[idx] <= g.start_ns) | (ov >= g.dur_ns // 2)
-                annotations += [(int(trace.row_depth[row]), int(i)) for i in idx[full]]
-    deepest = deepest_op(ops, g.dur_ns)
+        # All rows at once: ranges clamped to the trace's limit nest thousands deep (issue 22).
+        idx = trace.lane_window(ln.id, g.start_ns, g.end_ns)
+        if idx.size == 0:
+            continue
+        ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
+        if ln.kind == LaneKind.CUDA_API:
+            keep = cls[idx] >= Call.COPY
+            calls += [(int(o), int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
+        elif ln.kind == LaneKind.CPU_OPS:
+            op_parts.append((idx, ov))
+        elif ln.kind == LaneKind.ANNOTATIONS:
+            full = idx[(trace.start_ns[idx] <= g.start_ns) | (ov >= g.dur_ns // 2)]
+            if full.size:
+                j = int(full[np.lexsort((full, trace.depth[full]))[-1]])
+                annotations.append((int(trace.depth[j]), j))
+    deepest = deepest_op(_op_candidates(trace, op_parts), g.dur_ns)
     if deepest >= 0:
         out.append(deepest)
     calls.sort(reverse=True)
@@ -587,6 +597,25 @@ def deepest_op(ops: list[tuple[int, int, int]], gap_ns: int) -> int:
         return -1
     near = [(d, o, i) for d, o, i in ops if 2 * o >= most]
     return max(near)[2]
+
+
+def _op_candidates(trace: Trace, parts: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[int, int, int]]:
+    """The (depth, overlap, event) that ``deepest_op`` can answer with, found with numpy: the op overlapping
+    most and, per lane, the deepest of those overlapping at least half as much; the same answer as
+    every op would give, at the cost of a few, however deep the nesting."""
+    if not parts:
+        return []
+    most = max(int(ov.max()) for _, ov in parts)
+    out = []
+    for idx, ov in parts:
+        depth = trace.depth[idx]
+        top = int(np.argmax(ov))
+        out.append((int(depth[top]), int(ov[top]), int(idx[top])))
+        near = np.flatnonzero(2 * ov >= most)
+        if near.size:
+            j = int(near[np.lexsort((idx[near], ov[near], depth[near]))[-1]])
+            out.append((int(depth[j]), int(ov[j]), int(idx[j])))
+    return out
 
 
 def _overlapping(trace: Trace, g: Gap, mask: np.ndarray, rows: list[int], limit: int) -> list[int]:

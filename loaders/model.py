@@ -215,6 +215,23 @@ class Trace:
             return slice(0, 0)
         return slice(int(self.row_offsets[rows.start]), int(self.row_offsets[rows.stop]))
 
+    def lane_window(self, lane_id: int, t0_ns: int, t1_ns: int) -> np.ndarray:
+        """Indices of a lane's events (every depth) overlapping [t0, t1), as ``window`` finds them row by row.
+
+        Rows past the first ``ROWS_ONE_BY_ONE`` are filtered together in one pass over their events
+        (contiguous: a lane's rows go shallowest first), so a lane nested thousands deep (ranges
+        clamped to the trace's limit all end together) costs a query what a shallow one does.
+        """
+        rows = self.rows_of(lane_id)
+        split = min(rows.start + ROWS_ONE_BY_ONE, rows.stop)
+        found = [self.window(row, t0_ns, t1_ns) for row in range(rows.start, split)]
+        if split < rows.stop:
+            b, e = int(self.row_offsets[split]), int(self.row_offsets[rows.stop])
+            starts, ends = self.start_ns[b:e], self.end_ns[b:e]
+            hit = (starts < t1_ns) & ((ends > t0_ns) | ((ends == starts) & (starts >= t0_ns)))
+            found.append(np.flatnonzero(hit) + b)
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
     def window(self, row: int, t0_ns: int, t1_ns: int) -> np.ndarray:
         """Indices of events on ``row`` overlapping [t0, t1); zero-length events at t0 count."""
         b, e = int(self.row_offsets[row]), int(self.row_offsets[row + 1])
@@ -269,6 +286,9 @@ class Trace:
 
 # ---- building ---------------------------------------------------------------
 
+
+#: Rows of one lane that ``lane_window`` searches one by one; real nesting stays far shallower.
+ROWS_ONE_BY_ONE = 64
 
 # Events per pass of the depth packing: lanes are packed in groups of this many events (or one
 # lane), and within a group the passes walk chunks this size; the temporaries that remain are an

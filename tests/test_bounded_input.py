@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from gaplens.loaders import load
@@ -222,3 +223,58 @@ def test_damage_after_a_squeezed_run_is_placed_in_the_file(tmp_path, capsys):
     assert rc == 0 and len(err) == 1
     at = text.index(", nonsense")
     assert f"before byte {at}" in err[0], (at, err[0])
+
+
+# ---- ranges clamped to the trace's limit ------------------------------------------------
+
+
+def _ranges_trace(path, n: int, days: int) -> None:
+    """``n`` launches, kernels and user ranges; each range lasts ``days`` (past 26: clamped, and all nest)."""
+    events = []
+    for i in range(n):
+        t = 1000 + 10 * i
+        events.append({**LAUNCH, "ts": t, "dur": 2, "args": {"correlation": i}})
+        events.append(
+            {
+                **KERNEL,
+                "name": f"k{i % 7}",
+                "ts": t + 3 + (i % 3),
+                "dur": 4,
+                "args": {**KERNEL["args"], "correlation": i},
+            }
+        )
+        dur = days * 86_400_000_000 if days else 8
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"r{i}", "pid": 1, "tid": 1, "ts": t, "dur": dur})
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def test_lane_window_is_every_row_s_window(tmp_path):
+    path = tmp_path / "t.json"
+    _ranges_trace(path, 300, 40)
+    trace = load(str(path))
+    assert int(trace.depth.max()) > 200  # the clamped ranges nest
+    for lane in trace.lanes:
+        for t0, t1 in ((1000, 1000), (1500, 1600), (2990, 4000), (0, 10**16)):
+            rows = [trace.window(r, t0, t1) for r in trace.rows_of(lane.id)]
+            want = np.sort(np.concatenate(rows)) if rows else np.empty(0)
+            assert np.array_equal(np.sort(trace.lane_window(lane.id, t0, t1)), want)
+
+
+def test_clamped_ranges_cost_a_gap_what_normal_ones_do(tmp_path, capsys, monkeypatch):
+    from gaplens.loaders.model import ROWS_ONE_BY_ONE, Trace
+
+    calls = 0
+    window = Trace.window
+
+    def counted(self, *args):
+        nonlocal calls
+        calls += 1
+        return window(self, *args)
+
+    monkeypatch.setattr(Trace, "window", counted)
+    path = tmp_path / "t.json"
+    _ranges_trace(path, 2000, 40)
+    rc, _, err = _run(capsys, "gaps", "--top", "20", str(path))
+    assert rc == 0 and "26-day limit clamped" in err[0]
+    # Before: every row of the thread was searched for every gap (2,000 rows x 20 gaps).
+    assert calls <= 20 * 4 * ROWS_ONE_BY_ONE
