@@ -278,7 +278,7 @@ class Replay:
     enew: np.ndarray
     base_shift: np.ndarray  # per blocking call (return order): its return's shift; index 0 = "none yet"
     deleted: _Deleted
-    b_thread_exits: tuple  # (keys sorted, index) per thread / per process for host lookups
+    b_thread_exits: tuple  # ``_exit_lookup``: returns keyed by (thread, time), each thread's driver
     notes: list[str]
 
     def host_shift(self, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -386,10 +386,11 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
         keyed.key(dt, ds), keyed.key(dt, de), keyed.key(bt, b.b_start), keyed.key(bt, b.b_start + b.b_wait)
     )
     deleted = _Deleted(ks // span, ks % span + t0, ke % span + t0, t0, span)
-    removed_total = deleted.total
-    for desc in described:
-        if desc["kind"] == "remove":
-            desc["host_ns"] = removed_total if len([c for c in changes if c.kind == "remove"]) == 1 else None
+    wait_s, wait_e = keyed.key(bt, b.b_start), keyed.key(bt, b.b_start + b.b_wait)
+    removes = [d for d in described if d["kind"] == "remove"]
+    for desc, th, s0, s1 in zip(removes, del_thread, del_s, del_e, strict=True):
+        own_s, own_e = _subtract(keyed.key(th, s0), keyed.key(th, s1), wait_s, wait_e)
+        desc["host_ns"] = int((own_e - own_s).sum())  # this change's own; changes may overlap
     lk = _exit_lookup(b, span, t0)
     rp = Replay(
         b, np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(b.b_call.size + 1, np.int64), deleted, lk, notes
