@@ -244,7 +244,7 @@ def experiment(trace: Trace) -> Experiment:
             int(by[c]),
             total,
         )
-    compute_pct = _compute_pct(trace, st)
+    compute_pct = _compute_pct(trace, st, cols)
     quiet = total < DEVICE_PACED_BLANK_SHARE * steady_ns
     worth = DEVICE_PACED_BLANK_SHARE * steady_ns  # blank time elsewhere that outweighs a quiet host
     if compute_pct < KERNEL_BOUND_PCT and quiet and dependency > total and dependency >= worth:
@@ -291,16 +291,37 @@ def _copies_in(trace: Trace, g0: np.ndarray, g1: np.ndarray) -> list[int]:
     return idx[hit].tolist()
 
 
-def _compute_pct(trace: Trace, st: Steps) -> float:
-    """Compute share of the steady steps (as CUDA events time them); without steps, of the time work was asked."""
+def _compute_pct(trace: Trace, st: Steps, cols: GapColumns) -> float:
+    """Compute share of the time work was asked in the steady steps (as CUDA events time them, idle
+    stretches inside them left out); without steps, of the time work was asked in the whole trace."""
     if not st or not st.steady:
         return active_compute_pct(trace)
     devs = [d.id for d in trace.meta.devices]
     spans = [st.spans[k] for k in st.steady]
     busy = sum(compute_busy(trace, d).busy_in(a, b) for d in devs for a, b in spans)
-    if busy == 0:  # the steps hold none of the GPU work (a marker around set-up): read the whole trace
+    s0, s1 = union(np.asarray([a for a, _ in spans], np.int64), np.asarray([b for _, b in spans], np.int64))
+    w0, w1 = gpu_window(trace)  # before the first and after the last GPU op nothing was asked of the device
+    s0, s1 = np.clip(s0, w0, w1), np.clip(s1, w0, w1)
+    keep = s1 > s0
+    s0, s1 = s0[keep], s1[keep]
+    idle = cols.cause == CAUSES.index("idle")
+    pts_in = _inside(s0, s1, cols.start_ns[idle], cols.end_ns[idle])
+    asked = int((s1 - s0).sum()) * max(len(devs), 1) - int(pts_in.sum())
+    if busy == 0 or asked <= 0:  # the steps hold none of the GPU work (a marker around set-up): read the trace
         return active_compute_pct(trace)
-    return 100.0 * busy / max(sum(b - a for a, b in spans) * max(len(devs), 1), 1)
+    return 100.0 * busy / asked
+
+
+def _inside(s0: np.ndarray, s1: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Each interval [t0, t1)'s time inside the sorted, disjoint spans [s0, s1)."""
+    cum = np.concatenate(([0], np.cumsum(s1 - s0)))
+
+    def before(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s0, t, "right")
+        part = np.where(k > 0, np.minimum(t, s1[np.maximum(k - 1, 0)]) - s0[np.maximum(k - 1, 0)], 0)
+        return np.where(k > 0, cum[np.maximum(k - 1, 0)] + part, 0)
+
+    return before(t1) - before(t0)
 
 
 def _steady_spans(trace: Trace, st: Steps) -> list[tuple[int, int]]:
