@@ -196,6 +196,40 @@ def test_removing_a_sync_frees_the_work_behind_it():
     assert _times(tr, [Change("remove", "host")], "k2")["k2"] == (622, 700)
 
 
+def pageable_copy():
+    """A synchronous pageable copy: the call returns only when its copy (queued behind k1) is done.
+
+    thread  [launch 0..10] [cudaMemcpyAsync 20 ............................ 400] [launch 405..415]
+    stream        ███ k1 12..100 ▒▒▒▒▒ Memcpy HtoD (Pageable) 100..395 ▒▒▒▒▒╯            ███ k2 417..500
+    blank                        100 ─────────────── cause copy ──────────────────────── 417
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    corr = b.call(20, 400, "cudaMemcpyAsync")
+    b.op(corr, 100, 395, kind=Kind.MEMCPY_HTOD, name="Memcpy HtoD (Pageable -> Device)", nbytes=1 << 20)
+    b.launch(405, 415, 417, 500, name="k2")
+    return b.trace()
+
+
+def test_a_faster_copy_pulls_the_blocked_host_with_it():
+    """x0.1: the copy lasts 30 ns (100..130); the call returns 5 ns after it (135, -265): k2 152..235."""
+    tr = pageable_copy()
+    assert [CAUSES[int(c)] for c in gap_columns(tr).cause] == ["copy"]  # precondition
+    t = _times(tr, [parse_scale("Memcpy HtoD*=0.1")], "k2")
+    assert t["k2"] == (152, 235)
+
+
+def test_removing_the_copy_call_frees_the_host_but_not_the_stream():
+    """--remove copy: the call stops waiting (keeps its own 5 ns), 395..415 of host time is taken off, so
+    k2's launch returns at 20; k2 still queues behind the copy on its stream (395) + 2 ns: 397..480.
+    With the copy x0.1 too, k2 follows the copy's new end (130): 132..215."""
+    tr = pageable_copy()
+    r = whatif(tr, [parse_remove("copy")])
+    assert r["changes"][0]["calls_unblocked"] == 1 and r["changes"][0]["host_ns"] == 20
+    assert _times(tr, [parse_remove("copy")], "k2")["k2"] == (397, 480)
+    assert _times(tr, [parse_remove("copy"), parse_scale("Memcpy HtoD*=0.1")], "k2")["k2"] == (132, 215)
+
+
 def across_streams():
     """Stream 13 waits (recorded Stream Wait Event) on k1 of stream 7; k_side on stream 9 waits on nothing.
 
