@@ -20,7 +20,6 @@ cannot tell.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +27,7 @@ import numpy as np
 from gaplens.analysis.busy import BusySpans, busy_share, device_splits, gpu_window, gpu_work, pct
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import phases
+from gaplens.analysis.steps import PROFILER_STEP as _PROFILER_STEP  # the one step marker rule
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: Without phases, host silence shorter than this is the program's own overhead, not a waiting room.
@@ -35,7 +35,6 @@ IDLE_MIN_NS = 1_000_000
 #: The same when the trace records no CPU ops (nsys, CUDA-only Kineto): only CUDA calls show the host
 #: at work, so silence between them may be Python; only a long one is a waiting room.
 IDLE_MIN_UNSEEN_NS = 50_000_000
-_PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 
 
 @dataclass(frozen=True)
