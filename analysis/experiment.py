@@ -56,6 +56,11 @@ FIRST_CALL_MIN_NS = 1_000_000
 FLOOR_MIN_SHARE = DEVICE_PACED_BLANK_SHARE
 #: GPU work that is a copy (memset included: it moves no compute forward either).
 COPY_KINDS = (Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH, Kind.MEMCPY_DTOD, Kind.MEMCPY_PEER, Kind.MEMCPY_OTHER, Kind.MEMSET)
+#: When the device is neither busy nor waiting on the host: the time goes on the GPU side.
+GPU_SIDE_LEVER = (
+    "the time goes on the GPU side: look at what each stream waits on (events, other streams, copies) and at "
+    "the kernels against the hardware floor; the host is not the lever"
+)
 #: How the experiment names each cause group.
 GROUP_NAMES = {
     "launch": "launch-bound",
@@ -256,8 +261,11 @@ def experiment(trace: Trace) -> Experiment:
     if total == 0 or compute_pct >= KERNEL_BOUND_PCT or quiet:
         where = sd.words if st else "while work was asked"
         on_path = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of that time"
-        why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {on_path}"
         facts = _outside_line(int(dur[outside].sum()), total) + _warm_line(warm_ns, total)
+        if compute_pct < KERNEL_BOUND_PCT and total > 0:  # not busy, yet not waiting on the host either
+            why = f"the host is not what the device waits for: {on_path}; {compute_pct:.0f}% busy computing {where}"
+            return Experiment(GPU_SIDE_LEVER, why, "device", 0, total, None, facts)
+        why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {on_path}"
         return _device(trace, why, total, _steady_spans(trace, st), facts)
     g = int(np.argmax(by))
     cause = CAUSES[g]
