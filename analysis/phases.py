@@ -30,6 +30,7 @@ import numpy as np
 
 from gaplens.analysis.busy import compute_busy, gpu_work
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.steps import PROFILER_STEP
 from gaplens.analysis.steps import family as family  # display folding: one count pattern (steps.NUMBERED)
 from gaplens.loaders.model import Kind, Trace, segmented_max
 
@@ -46,7 +47,7 @@ PYTORCH_MARKERS = (
     r"DistributedDataParallel\..*",
     r"autograd::.*",
     r"## .* ##",
-    r"ProfilerStep#\d+",
+    PROFILER_STEP.pattern.strip("^$"),  # the step marker (one pattern, analysis.steps)
     r"PyTorch Profiler.*",
     r"Torch-Compiled Region.*",
     r"CompiledFunction.*",
