@@ -311,3 +311,12 @@ def test_hpc_copy_lever_speaks_cuda_not_pytorch():
     assert kind(trace) == "hpc"
     lever = fitted_lever(trace, "copy_on_path", "hpc")
     assert "cudaMallocHost" in lever and "pin_memory" not in lever and "DataLoader" not in lever
+
+
+def test_a_device_neither_busy_nor_waiting_on_the_host_is_not_called_busy():
+    """HTA's event_sync_multi_stream: streams wait on each other's events; the host is not what the device waits
+    for, and the device is not busy either: the lever points at the GPU side, never at "the device is busy"."""
+    trace = load(public("hta/event_sync_multi_stream.json.gz"))
+    exp = ex.experiment(trace)
+    assert exp.group == "device" and exp.lever == ex.GPU_SIDE_LEVER
+    assert exp.because.startswith("the host is not what the device waits for")
