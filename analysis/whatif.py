@@ -23,7 +23,9 @@ Changes:
   launching thread's time from the region's start until the next op's launch handed it over
   is taken off that thread (time blocked inside a call waiting for the device excepted: it
   follows the device). ``sync`` and ``copy`` also stop the blocking calls of that class
-  overlapping the region from waiting (the call keeps only its own cost).
+  overlapping the region from waiting (the call keeps only its own cost); ``sync`` also
+  unblocks the synchronise calls behind a sync cliff (the device ran dry while the host sat in
+  the call: ``.item()`` in the loop).
 - ``scale GLOB=FACTOR``: GPU ops (kernels, copies, memsets) whose name matches the glob
   take FACTOR times as long.
 
@@ -475,6 +477,11 @@ def _removal(trace: Trace, b: _Base, cause: str):
             np.add.at(cover, lo, 1)
             np.add.at(cover, np.maximum(hi, lo), -1)
             unblock[calls[np.cumsum(cover)[:-1] > 0]] = True
+    cliffs = 0
+    if cause == "sync":
+        cliff = _cliff_calls(trace, b, cols) & ~unblock
+        cliffs = int(cliff.sum())
+        unblock |= cliff
     on = cols.on_path[sel]
     dur = cols.end_ns[sel] - cols.start_ns[sel]
     desc = {
@@ -487,8 +494,32 @@ def _removal(trace: Trace, b: _Base, cause: str):
         "blank_on_path_ns": int(dur[on].sum()),
         "untraced_regions": int((~has).sum() + (~okt).sum()),
         "calls_unblocked": int(unblock.sum()),
+        "sync_cliffs": cliffs if cause == "sync" else None,
     }
     return th, g0, g1, desc, unblock
+
+
+def _cliff_calls(trace: Trace, b: _Base, cols) -> np.ndarray:
+    """Blocking synchronise calls behind a sync cliff: the device ran dry while the host sat in the call
+    (an on-path blank region began between the awaited op's end, less the launch latency, and the
+    call's return), so the host, not the device, paced what followed. ``--remove sync`` unblocks them."""
+    from gaplens.analysis.calls import Call, api_class
+    from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
+
+    out = np.zeros(b.b_call.size, dtype=bool)
+    if b.b_call.size == 0 or len(cols) == 0:
+        return out
+    sync = api_class(trace)[b.b_call] == Call.SYNC
+    dev = trace.device_of_event()[b.g[b.b_op]]
+    o_end = b.e[b.b_op]
+    on = np.asarray(cols.on_path, dtype=bool)
+    for d in np.unique(dev[sync]).tolist():
+        starts = np.sort(cols.start_ns[on & (cols.device == d)])
+        mine = np.flatnonzero(sync & (dev == d))
+        lo = np.searchsorted(starts, o_end[mine] - QUEUE_AS_LAUNCH_NS, "left")
+        hi = np.searchsorted(starts, b.b_end[mine], "right")
+        out[mine[hi > lo]] = True
+    return out
 
 
 def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
@@ -761,7 +792,7 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
         notes.append("the trace has no steps (no numbered user range family, no ProfilerStep#): window only")
     for d in described:
         if d["kind"] == "remove":
-            if d["regions"] == 0:
+            if d["regions"] == 0 and not d.get("sync_cliffs"):
                 if d["cause"] == "host" and d.get("island_min_ns"):
                     notes.append(
                         f"no host island (a host-cause blank region of at least {fmt_ns(d['island_min_ns'])}): "
@@ -776,7 +807,12 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
                     "thread: their host time stays"
                 )
             if no_gain:
-                if d["on_critical_path"] == 0:
+                if d["regions"] == 0:
+                    why = (
+                        f"the {d['sync_cliffs']} synchronise calls behind sync cliffs no longer wait, but what "
+                        "follows them still waits on the device"
+                    )
+                elif d["on_critical_path"] == 0:
                     why = (
                         f"none of the {d['regions']} {d['cause']} regions ({fmt_ns(d['blank_ns'])}) is on the "
                         "critical path: the device was waiting on other work, so the host time behind them "

@@ -230,6 +230,34 @@ def test_removing_the_copy_call_frees_the_host_but_not_the_stream():
     assert _times(tr, [parse_remove("copy"), parse_scale("Memcpy HtoD*=0.1")], "k2")["k2"] == (132, 215)
 
 
+def sync_cliff():
+    """The host blocks until k1 is done, then the device waits while the host works (an .item() in the loop).
+
+    thread  [launch 0..10] [sync 20 ..................... 505] host 510..800 [launch 800..810]
+    stream        ███ k1 12..500 ███████████████████████╯                            ███ k2 812..900
+    blank                         500 ─────────────── on the critical path ──────────── 812
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 500, name="k1")
+    b.call(20, 505, "cudaStreamSynchronize")
+    b.cpu(510, 800, "postprocess")
+    b.launch(800, 810, 812, 900, name="k2")
+    return b.trace()
+
+
+def test_removing_a_sync_cliff_lets_the_host_work_while_the_device_runs():
+    """--remove sync: no region has cause sync, but the device ran dry while the host sat in the sync:
+    the call keeps its own 5 ns (returns at 25), the host runs 480 ns earlier, k2's launch returns at 330
+    and k2 queues behind k1 (500) + 2 ns: 502..590."""
+    tr = sync_cliff()
+    assert "sync" not in {CAUSES[int(c)] for c in gap_columns(tr).cause}  # precondition
+    r = whatif(tr, [parse_remove("sync")])
+    assert r["changes"][0]["sync_cliffs"] == 1 and r["changes"][0]["calls_unblocked"] == 1
+    assert _times(tr, [parse_remove("sync")], "k2")["k2"] == (502, 590)
+    assert r["window_ns"] == {"measured": 888, "predicted": 578}
+    assert not any("nothing to remove" in n for n in r["notes"])
+
+
 def across_streams():
     """Stream 13 waits (recorded Stream Wait Event) on k1 of stream 7; k_side on stream 9 waits on nothing.
 

@@ -66,7 +66,8 @@ def _change_line(d: dict) -> str:
             f"{fmt_ns(d['gpu_ns'])} -> {fmt_ns(d['gpu_ns_after'])}"
         )
     taken = f", {fmt_ns(d['host_ns'])} of host time taken off" if d.get("host_ns") is not None else ""
-    unblocked = f", {d['calls_unblocked']:,} blocking calls no longer wait" if d["calls_unblocked"] else ""
+    cliffs = f" ({d['sync_cliffs']:,} behind sync cliffs)" if d.get("sync_cliffs") else ""
+    unblocked = f", {d['calls_unblocked']:,} blocking calls no longer wait{cliffs}" if d["calls_unblocked"] else ""
     return (
         f"--remove {d['cause']}: {d['regions']:,} blank regions ({fmt_ns(d['blank_ns'])}, "
         f"{d['on_critical_path']:,} on the critical path){taken}{unblocked}"
