@@ -208,7 +208,8 @@ def _call(ev: dict, sized: bool) -> Call:
     concrete = args.get("Concrete Inputs") or []
     name = str(ev.get("name", ""))
     flops = args.get("flops")
-    size = size_op(name, dims, types, concrete) if sized else None
+    strides = args.get("Input Strides") or []
+    size = size_op(name, dims, types, concrete, strides if isinstance(strides, list) else []) if sized else None
     recorded = float(flops) if isinstance(flops, int | float) and flops > 0 else None
     if size is None and recorded is not None and types and types[0] in DTYPES:
         size = OpSize(recorded, 0.0, DTYPES[types[0]][1], "with_flops")

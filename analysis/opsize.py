@@ -82,6 +82,7 @@ class Args:
     dims: Sequence
     types: Sequence[str]
     concrete: Sequence[str]
+    strides: Sequence = ()  # ``Input Strides``: a broadcast (stride-0) dimension is stored once
 
     def shape(self, i: int) -> list[int] | None:
         """The i-th argument's shape when it is one tensor."""
@@ -99,8 +100,14 @@ class Args:
         return DTYPES[self.types[i]][1]
 
     def nbytes(self, i: int) -> int:
+        """Bytes a tensor argument occupies: its elements, a stride-0 (expanded) dimension counted once."""
         s = self.shape(i)
-        return 0 if s is None else math.prod(s) * self.itemsize(i)
+        if s is None:
+            return 0
+        st = self.strides[i] if i < len(self.strides) else None
+        if isinstance(st, list) and len(st) == len(s):
+            s = [v for v, k in zip(s, st, strict=True) if k != 0]
+        return math.prod(s) * self.itemsize(i)
 
     def tensors(self) -> list[int]:
         """Positions of single-tensor arguments."""
@@ -527,7 +534,10 @@ def size_elementwise(name: str, a: Args) -> OpSize | None:
         shape = _broadcast(*(a.shape(i) or [] for i in operands))
     except ValueError:
         return None
-    widest = max(operands, key=a.itemsize)  # the result dtype: the widest operand (``where``'s bool mask is not it)
+    # The result dtype: the widest operand with dimensions (a 0-dim tensor such as a CPU scalar does not
+    # promote a dimensioned one; ``where``'s bool mask does not set it either).
+    ranked = [i for i in operands if a.shape(i)] or operands
+    widest = max(ranked, key=a.itemsize)
     item = 1 if base in _BOOL_OUT else a.itemsize(widest)
     return OpSize(0.0, sum(a.nbytes(i) for i in operands) + math.prod(shape) * item, a.dtype(widest), "bytes")
 
@@ -705,10 +715,12 @@ def has_formula(name: str) -> bool:
     )
 
 
-def size_op(name: str, dims: Sequence, types: Sequence[str], concrete: Sequence[str] = ()) -> OpSize | None:
+def size_op(
+    name: str, dims: Sequence, types: Sequence[str], concrete: Sequence[str] = (), strides: Sequence = ()
+) -> OpSize | None:
     """FLOPs and bytes of one call of ``name`` from its recorded arguments; None when unknown or unreadable."""
     n = _strip(name)
-    a = Args(dims or [], types or [], concrete or [])
+    a = Args(dims or [], types or [], concrete or [], strides or [])
     try:
         if n in _FORMULAS:
             return _FORMULAS[n](a)

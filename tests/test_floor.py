@@ -104,6 +104,8 @@ def test_memory_bound_ops_bytes():
     assert s.bytes == 4 * 3 * n  # both read, the first written
     s = size_op("aten::mul", [[512, 64], [], [512, 64]], [F32, "double", F32])  # out= tensor: written only
     assert s.bytes == 4 * 512 * 64 + 8 + 4 * 512 * 64
+    s = size_op("aten::mul", [[64, 2048], []], [BF, "double"])  # a 0-dim CPU scalar does not promote
+    assert s.dtype == "bf16" and s.bytes == 2 * 64 * 2048 + 8 + 2 * 64 * 2048
     s = size_op("aten::gt", [[100, 10], [100, 10]], [F32, F32])
     assert s.bytes == 4 * 2000 + 1000  # bool output
     s = size_op("aten::sum", [[32, 1000], [], []], [F32, "ScalarList", "Scalar"], ["", "[1]", "False"])
@@ -119,6 +121,9 @@ def test_memory_bound_ops_bytes():
     assert s.bytes == 8 * 512 + 2 * (512 * 1024 * 2)  # indices + gathered rows read + output written
     s = size_op("aten::gather", [[32000, 1024], [], [512, 1024], [], []], [BF, "Scalar", "long int", "Scalar", ""])
     assert s.bytes == 8 * 512 * 1024 + 2 * (2 * 512 * 1024)  # index + gathered elements read + output written
+    strides = [[1024, 1], [], [1, 0], [], []]  # embedding's expanded index: stored once per row
+    s = size_op("aten::gather", [[32000, 1024], [], [512, 1024], [], []], [BF, "Scalar", "long int"], (), strides)
+    assert s.bytes == 8 * 512 + 2 * (2 * 512 * 1024)
     s = size_op("aten::copy_", [[1024, 1024], [1024, 1024], []], [BF, F32, "Scalar"], ["", "", "False"])
     assert s.bytes == 2 * 1024 * 1024 + 4 * 1024 * 1024
     s = size_op("aten::_to_copy", [[1024, 1024], [], [], [], [], [], []], [F32, "Scalar"] + [""] * 5, ["", "15"])
