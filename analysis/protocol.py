@@ -17,7 +17,6 @@ from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.notes import Notes
 from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
-from gaplens.analysis.smells import SmellGroup, rollup, smells
 from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
@@ -45,8 +44,6 @@ SHARE_SHOWN = 0.005
 VIEW_MIN_PAD_NS = 1_000
 #: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
 PROFILER_NOTE_SHARE = 0.25
-#: A smell this far from a gap (or the gap's own length, if longer) is not "nearest" to it.
-NEAREST_SMELL_NS = 1_000_000
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -362,20 +359,3 @@ def profiler_note(trace: Trace, g: Gap) -> list[str]:
     if share < PROFILER_NOTE_SHARE:
         return []
     return [f"note: the profiler's own work covers {100 * share:.0f}% of this region: part of it is an artefact"]
-
-
-def nearest_smell(trace: Trace, g: Gap, kind: str) -> SmellGroup | None:
-    """The group of ``kind`` smells with a finding overlapping the gap, or nearest it on its device."""
-    best, best_d = None, None
-    for grp in rollup(trace, smells(trace)):
-        if grp.kind != kind:
-            continue
-        for f in grp.findings:
-            if f.device != g.device:
-                continue
-            d = max(0, f.start_ns - g.end_ns, g.start_ns - f.end_ns)  # 0 when they overlap
-            if best_d is None or d < best_d:
-                best, best_d = grp, d
-    if best is None or best_d is None or best_d > max(g.dur_ns, NEAREST_SMELL_NS):
-        return None
-    return best
