@@ -249,3 +249,23 @@ def test_no_queue_note_when_other_work_ran_meanwhile():
     b.launch(40, 50, 9 * ms, 9 * ms + 100, s=7, name="k2")
     for g in analyse_gaps(b.trace()):
         assert "does not explain" not in g.message
+
+
+def test_launched_during_the_region_then_queued_splits_host_and_dependency():
+    """The host is late by 0.2 ms (launch returns at 0.3 ms); then k2 sits queued 5 ms on an empty device.
+
+    thread  [k1] python ....[launch]
+    stream7  █k1█                   ..... 5 ms queued, nothing running ..... ███k2███
+               ^0.1 ms            ^0.3 ms                                    ^5.3 ms
+    """
+    us = 1_000
+    b = Builder()
+    b.launch(0, 10, 12, 100 * us, name="k1")
+    b.cpu(110 * us, 290 * us, "python_work")
+    b.launch(290 * us, 300 * us, 5_300 * us, 5_400 * us, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    dur = 5_200 * us
+    # Past the launch path's own 100 µs, the 4.9 ms the op waited after its call returned is a dependency.
+    assert g.shares["dependency"] == pytest.approx((5_000 - 100) * us / dur, abs=1e-3)
+    assert g.cause == "dependency" and not g.on_critical_path
+    assert "started 5 ms after cudaLaunchKernel returned" in g.message
