@@ -395,7 +395,7 @@ def _smell_line(trace: Trace, cause: str) -> list[str]:
     kind = CAUSE_SMELL.get(cause)
     if kind is None:
         return []
-    groups = [g for g in rollup(trace, smells(trace)) if g.kind == kind]
+    groups = [g for g in rollup(trace, smells(trace)) if g.kind == kind and not g.findings[0].numbers.get("warmup")]
     if not groups:
         return [f"no {SMELL_NAMES[kind]} crosses its threshold: the time is spread over many small regions"]
     return [f"smell: {groups[0].line}"]
