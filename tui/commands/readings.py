@@ -42,7 +42,8 @@ def _render(trace: Trace, counts: tuple[int, int, int], by_cause: dict[str, int]
         f"{total:,} blank regions, {fmt_ns(blank)} without compute ({split}); {on_count:,} on the critical path "
         f"({fmt_ns(on_ns)})",
         "",
-        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<8} {'shares':<30} phase / evidence",
+        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<10} {'shares':<30} "
+        "phase / evidence",
     ]
     for k, g in enumerate(shown, 1):
         inner = innermost(device_phases(trace, g.device), g.start_ns, g.end_ns)
@@ -50,7 +51,7 @@ def _render(trace: Trace, counts: tuple[int, int, int], by_cause: dict[str, int]
         ev = ", ".join(trace.name(i)[:40] for i in _telling(g))
         mark = " ●" if g.on_critical_path else ""
         lines.append(
-            f"  {k:>3} {g.device:>3} {fmt_ns(g.start_ns):>10} {fmt_ns(g.dur_ns):>10} {mark:>4}  {g.cause:<8} "
+            f"  {k:>3} {g.device:>3} {fmt_ns(g.start_ns):>10} {fmt_ns(g.dur_ns):>10} {mark:>4}  {g.cause:<10} "
             f"{g.shares_text[:30]:<30} {phase[:30]}{' · ' if phase and ev else ''}{ev}"
         )
         if g.message:
@@ -58,14 +59,14 @@ def _render(trace: Trace, counts: tuple[int, int, int], by_cause: dict[str, int]
     if total > top:
         lines.append(f"  … {total - top:,} more (--top N)")
     lines.append("")
-    lines.append("● on the critical path: the device waited for the host, or for a collective on the path")
-    lines += [f"  {c:<8} {CAUSE_WORDS[c]}" for c, _ in ranked]
+    lines.append("● on the critical path: the device waited for the host, or for a collective or copy on the path")
+    lines += [f"  {c:<10} {CAUSE_WORDS[c]}" for c, _ in ranked]
     return "\n".join(lines)
 
 
 def _telling(g: Gap) -> list[int]:
     """The evidence worth a name in one line: the collective or overhead row, else what the host ran."""
-    return g.evidence[:2] if g.cause in ("comm", "profiler") else g.evidence[2:4]
+    return g.evidence[:2] if g.cause in ("comm", "profiler", "copy") else g.evidence[2:4]
 
 
 TEXT_TOP = 20  # gaps shown as text without --top: a screenful
