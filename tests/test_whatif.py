@@ -158,6 +158,8 @@ def test_a_faster_kernel_behind_a_sync_pulls_the_host_and_the_next_kernel_earlie
     r = whatif(tr, [parse_scale("k1=0.5")])
     assert r["window_ns"] == {"measured": 1088, "predicted": 594}
     assert r["changes"][0]["ops"] == 1 and r["changes"][0]["gpu_ns_after"] == 494
+    # slower works too: k1 x2 ends 1988, the sync returns 1993, k2's launch returns 2008: k2 2010..2088
+    assert _times(tr, [parse_scale("k1=2")], "k1", "k2") == {"k1": (12, 1988), "k2": (2010, 2088)}
 
 
 def sync_on_other_device():
