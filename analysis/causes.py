@@ -399,10 +399,15 @@ def _queue_notes(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray)
     if cand.size == 0:
         return out
     splits = device_splits(trace)
-    for i in cand.tolist():
-        sp = splits.get(int(reg.device[i]))
-        if sp is None or sp.busy.busy_in(int(trace.end_ns[a0[i]]), int(op_start[i])) > 0:
-            continue  # other work ran meanwhile: the queue explains the wait
+    empty = np.zeros(cand.size, bool)
+    for dev in np.unique(reg.device[cand]).tolist():
+        sp = splits.get(int(dev))
+        if sp is None:
+            continue
+        m = reg.device[cand] == dev
+        # Nothing ran between the call's return and the op's start (else the queue explains the wait).
+        empty[m] = _busy_between(sp.busy, trace.end_ns[a0[cand[m]]], op_start[cand[m]]) == 0
+    for i in cand[empty].tolist():
         call = trace.name(int(a0[i]))
         out[i] = (
             f"{trace.name(int(nxt[i]))[:60]} started {fmt_ns(int(delay[i]))} after {call} returned, with nothing "
