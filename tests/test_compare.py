@@ -254,3 +254,19 @@ def test_gate_bad_expression_and_unjudgeable_condition_exit_2() -> None:
     gpu_only = str(DATA / "gpu_only.json.gz")
     out = _cli("compare", gpu_only, gpu_only, "--fail-on", "step>+1%")
     assert out.returncode == 2 and "cannot judge" in out.stdout and "no step" in out.stderr
+
+
+def test_fail_on_grammar() -> None:
+    from gaplens.analysis.compare import Condition, parse_fail_on
+    from gaplens.loaders.model import TraceError
+
+    got = parse_fail_on(["step>+5%", "compute<-10%,gap>+20.5%", "kernel:*gemm*,x>+10%"])
+    assert got == [
+        Condition("step>+5%", "step", ">", 5.0),
+        Condition("compute<-10%", "compute", "<", -10.0),
+        Condition("gap>+20.5%", "gap", ">", 20.5),
+        Condition("kernel:*gemm*,x>+10%", "kernel", ">", 10.0, "*gemm*,x"),  # a comma inside a glob stays
+    ]
+    for bad in ("steps>5%", "step>5", "step=+5%", "kernel:>5%", ""):
+        with pytest.raises(TraceError):
+            parse_fail_on([bad])
