@@ -61,12 +61,21 @@ def test_sync_cliff_threshold_on_resnet50(monkeypatch, factor):
     assert kinds(load(path))["sync_cliff"] >= 1
 
 
-@pytest.mark.parametrize(("factor", "found"), [(0.5, True), (1.0, True), (1.5, False)])
-def test_mostly_blank_flips_where_documented(monkeypatch, factor, found):
-    """HTA's sampled_rank-0: starved on-path gaps fill 30% of its window, none alone an island. At
-    MOSTLY_BLANK 0.125 and 0.25 that is a finding; at 0.375 it is not (the documented flip)."""
+@pytest.mark.parametrize("factor", FACTORS)
+def test_mostly_blank_flips_where_documented(monkeypatch, factor):
+    """HTA's sampled_rank-0: starved on-path gaps fill about a quarter of its window (23.5% since queued-work
+    regions read ``dependency``), none alone an island. At MOSTLY_BLANK 0.125 that is a finding, at 0.375 it is
+    not; at the default the rule decides by that share (the documented flip sits between the two)."""
+    from gaplens.analysis.busy import gpu_window
+    from gaplens.analysis.gaps import analyse_gaps
+
+    trace = load(public("hta/sampled_rank-0.json.gz"))
+    w0, w1 = gpu_window(trace)
+    starved = sum(g.dur_ns for g in analyse_gaps(trace, evidence_top=0) if g.on_critical_path)
+    share = starved / (w1 - w0)
+    assert 0.125 < share < 0.375
     _scaled(monkeypatch, "MOSTLY_BLANK", factor)
-    got = [f for f in sm._smells(load(public("hta/sampled_rank-0.json.gz")), None, None)]
-    assert bool(got) is found
-    if found:
+    got = sm._smells(trace, None, None)
+    assert bool(got) is (share >= sm.MOSTLY_BLANK)
+    if got:
         assert got[0].kind == "host_island" and "none alone crosses" in got[0].summary
