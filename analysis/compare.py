@@ -115,6 +115,8 @@ def read(trace: Trace) -> Reading:
     cols = gap_columns(trace)
     ok = _eligible(cols)
     gs, ge, gc = cols.start_ns[ok], cols.end_ns[ok], cols.cause[ok]
+    gd = cols.device[ok]
+    by_dev = {int(d): (gs[gd == d], ge[gd == d]) for d in np.unique(gd).tolist()}
     plist = phases(trace)
     stats: dict[str, PhaseStat] = {}
     for p in plist:
@@ -123,7 +125,8 @@ def read(trace: Trace) -> Reading:
         st_.dur_ns += p.dur_ns
         if p.lane >= 0:
             st_.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
-        st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(gs, ge, p.start_ns, p.end_ns))
+        ds, de = by_dev.get(p.device, (gs[:0], ge[:0])) if p.device is not None else (gs, ge)
+        st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(ds, de, p.start_ns, p.end_ns))
 
     st = steps(trace)
     step_d = st.to_json() if st else None
