@@ -446,21 +446,26 @@ def _wait_call_before(trace: Trace, ops: np.ndarray) -> np.ndarray:
     """
     calls, lanes = _wait_calls(trace)
     out = np.full(ops.size, -1, np.int64)
-    if calls.size == 0:
+    a = np.where(ops >= 0, trace.launch[np.maximum(ops, 0)], -1)
+    ok = a >= 0
+    if calls.size == 0 or not ok.any():
         return out
-    for j, op in enumerate(ops.tolist()):
-        a = int(trace.launch[op]) if op >= 0 else -1
-        if a < 0:
-            continue
-        sl = trace.lane_events(int(trace.lane[op]))
-        prev = op - 1 if op - 1 >= sl.start else -1
-        t0 = int(trace.start_ns[int(trace.launch[prev])]) if prev >= 0 and trace.launch[prev] >= 0 else -1
-        lane = int(trace.lane[a])
-        lo, hi = np.searchsorted(lanes, lane, "left"), np.searchsorted(lanes, lane, "right")
-        starts = trace.start_ns[calls[lo:hi]]
-        k = int(np.searchsorted(starts, int(trace.start_ns[a]), "left")) - 1
-        if k >= 0 and int(starts[k]) >= t0:
-            out[j] = int(calls[lo + k])
+    op, a = ops[ok], a[ok]
+    # The previous op on the same stream: events of a lane are stored together, in start order.
+    prev = op - 1
+    same = (prev >= 0) & (trace.lane[np.maximum(prev, 0)] == trace.lane[op])
+    pa = np.where(same, trace.launch[np.maximum(prev, 0)], -1)
+    t0 = np.where(pa >= 0, trace.start_ns[np.maximum(pa, 0)], np.iinfo(np.int64).min)
+    # Wait calls keyed by (thread lane, start): the latest one before each launch call, on its lane.
+    lo = int(min(trace.start_ns[calls].min(), trace.start_ns[a].min()))
+    span = int(max(trace.start_ns[calls].max(), trace.start_ns[a].max())) - lo + 1
+    key = lanes * span + (trace.start_ns[calls] - lo)
+    q_lane = trace.lane[a].astype(np.int64)
+    k = np.searchsorted(key, q_lane * span + (trace.start_ns[a] - lo), "left") - 1
+    kk = np.maximum(k, 0)
+    hit = (k >= 0) & (lanes[kk] == q_lane) & (trace.start_ns[calls[kk]] >= t0)
+    got = np.where(hit, calls[kk], -1)
+    out[ok] = got
     return out
 
 
