@@ -278,3 +278,87 @@ def test_clamped_ranges_cost_a_gap_what_normal_ones_do(tmp_path, capsys, monkeyp
     assert rc == 0 and "26-day limit clamped" in err[0]
     # Before: every row of the thread was searched for every gap (2,000 rows x 20 gaps).
     assert calls <= 20 * 4 * ROWS_ONE_BY_ONE
+
+
+# ---- ranks --dask: addresses checked, every wait bounded ---------------------------------
+
+needs_dask = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("distributed") is None, reason="dask.distributed not installed"
+)
+RANKS = ["tests/data/ddp_even_rank0.json.gz", "tests/data/ddp_even_rank1.json.gz"]
+
+
+@pytest.mark.parametrize("address", ["local:0", "local:-1", "local:two", "http://host:80", "tcp://host:99999", "h"])
+def test_a_wrong_dask_address_is_one_line(capsys, address):
+    rc, out, err = _run(capsys, "ranks", *RANKS, "--dask", address)
+    assert rc == 2 and out == "" and len(err) == 1 and "--dask" in err[0]
+
+
+def test_dask_targets():
+    from gaplens.analysis.jobrun import dask_target
+
+    assert dask_target("local:3") == (3, "")
+    assert dask_target("10.0.0.7:8786") == (0, "tcp://10.0.0.7:8786")
+    assert dask_target("tls://sched.example:8786") == (0, "tls://sched.example:8786")
+
+
+def test_negative_workers_is_one_line(capsys):
+    rc, _, err = _run(capsys, "ranks", *RANKS, "--workers", "-1")
+    assert rc == 2 and len(err) == 1 and "--workers" in err[0]
+
+
+@needs_dask
+def test_a_port_that_answers_http_is_not_a_scheduler(monkeypatch):
+    import http.server
+    import threading
+
+    from gaplens.analysis import jobrun
+    from gaplens.loaders.model import TraceError
+
+    monkeypatch.setattr(jobrun, "CONNECT_TIMEOUT_S", 1.0)
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(TraceError, match="no Dask scheduler answered"):
+            jobrun.open_job(RANKS, dask=f"tcp://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@needs_dask
+def test_a_scheduler_without_workers_is_one_line(monkeypatch):
+    from dask.distributed import LocalCluster
+
+    from gaplens.analysis import jobrun
+    from gaplens.loaders.model import TraceError
+
+    monkeypatch.setattr(jobrun, "WORKERS_TIMEOUT_S", 1.0)
+    with (
+        LocalCluster(
+            n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1", dashboard_address=":0"
+        ) as cluster,
+        pytest.raises(TraceError, match="has no workers"),
+    ):
+        jobrun.open_job(RANKS, dask=cluster.scheduler_address)
+
+
+@needs_dask
+def test_local_workers_are_capped_by_the_cores(monkeypatch):
+    import dask.distributed
+
+    from gaplens.analysis import jobrun
+    from gaplens.loaders.model import TraceError
+
+    asked = []
+
+    def cluster(**kwargs):
+        asked.append(kwargs["n_workers"])
+        raise OSError("not started in this test")
+
+    monkeypatch.setattr(dask.distributed, "LocalCluster", cluster)
+    monkeypatch.setattr(jobrun, "cores", lambda: 2)
+    said: list[str] = []
+    with pytest.raises(TraceError, match="cannot reach"):
+        jobrun.open_job(RANKS, dask="local:12", warn=said.append)
+    assert asked == [2] and said == ["--dask local:12: 2 cores here, so 2 workers"]
