@@ -52,13 +52,15 @@ CAUSE_WORDS = {
 
 @dataclass
 class PhaseStat:
-    """One phase family of one trace: summed span and compute time, largest blank region inside."""
+    """One phase family of one trace: summed span and compute time, largest blank region inside (steady
+    members: the step family's warm-up steps are counted apart)."""
 
     name: str
     count: int = 0
     dur_ns: int = 0
     busy_ns: int = 0  # compute time inside the phases' GPU spans
     largest_blank_ns: int = 0
+    warmup: int = 0  # warm-up steps of the step family, set apart (not in the sums above)
 
     @property
     def blank_ns(self) -> int:
@@ -118,9 +120,15 @@ def read(trace: Trace) -> Reading:
     gd = cols.device[ok]
     by_dev = {int(d): (gs[gd == d], ge[gd == d]) for d in np.unique(gd).tolist()}
     plist = phases(trace)
+    st = steps(trace)
+    # warm-up steps are set apart (the step owner names them): a first step's module loading is no finding
+    warm = {st.host_spans[k] for k in st.warmup_idx} if st else set()
     stats: dict[str, PhaseStat] = {}
     for p in plist:
         st_ = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
+        if warm and (p.host_start_ns, p.host_end_ns) in warm and family(p.name) == st.label:
+            st_.warmup += 1
+            continue
         st_.count += 1
         st_.dur_ns += p.dur_ns
         if p.lane >= 0:
@@ -128,7 +136,6 @@ def read(trace: Trace) -> Reading:
         ds, de = by_dev.get(p.device, (gs[:0], ge[:0])) if p.device is not None else (gs, ge)
         st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(ds, de, p.start_ns, p.end_ns))
 
-    st = steps(trace)
     step_d = st.to_json() if st else None
     kps = cps = bps = None
     steady = [st.spans[k] for k in st.steady] if st else []
