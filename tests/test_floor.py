@@ -241,6 +241,7 @@ def test_step_floor_within_cuda_event_step_time():
     assert 0 < ph["floor_ns"] < ph["time_ns"]
 
 
+@pytest.mark.slow
 def test_options_all_decode_gemv_lever_and_pageable_copy():
     trace = load(str(DATA / "options_all.json.gz"))
     data = floor_json(trace)
@@ -301,6 +302,7 @@ def test_cli_bad_spec_file_is_exit_2(tmp_path, capsys):
     assert "GPU spec file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_public_trace_with_shapes_a100():
     """HTA's cuda_graph_launches (A100-SXM4-80GB, record_shapes): the row is found by name and memory, and every
     sized elementwise call's bytes follow the inputs + output rule."""
