@@ -2,22 +2,26 @@
 
 Rows are the events the loader produced from table rows (API calls, kernels, copies,
 sync records, NVTX ranges). Two inputs: the largest real nsys sample (timed warm, once
-its gzip is unpacked into the cache, plus the one-off unpack) and a synthetic export
-with the real schema (``bench.nsys_synth``: 5M kernels + 5M launch calls, or 250k
-with ``--quick``). Best of N wall time; CPU time shows the two-thread column fetch. The
-synthetic export is also loaded once in a fresh interpreter for the whole process's
-peak resident size per row (target 200 B/row).
+its gzip is unpacked into the cache, plus the one-off unpack; best of N wall time, CPU
+time shows the two-thread column fetch) and synthetic exports with the real schema
+(``bench.nsys_synth``: N/2 kernels + N/2 launch calls).
+
+For the synthetic exports, the read paths (``bench.nsys_paths``): the page decoder, the loader's SQL chunks, plain
+``sqlite3`` and ADBC (``adbc-driver-sqlite``, when installed) reading the same integer columns,
+and the whole load with pages on and off, at 100k, 1M and 10M rows (``--quick``: 100k;
+``GAPLENS_BENCH_NSYS_ROWS=100000,1000000`` picks others), each in a fresh interpreter: wall
+and CPU time, rows/s and the peak. Issue 23 keeps the page decoder only if it beats every
+other way by >= 1.5x at 10M rows; the last line says whether it does.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from bench.nsys_paths import WAYS, measure
 from bench.nsys_synth import make_export
 from gaplens.loaders import load
 
@@ -57,26 +61,68 @@ def run(args) -> None:
             print(_line(f"{real[-1].name} (gunzipped copy cached, trace cache off)", rows, wall, cpu))
         else:
             print("no nsys sample found beside the checkout; real-file timing skipped")
-        kernels = 250_000 if quick else 5_000_000
-        synth = Path(tmp) / "synthetic.sqlite"
-        t0 = time.perf_counter()
-        make_export(synth, kernels=kernels)
-        took = time.perf_counter() - t0
-        print(f"synthetic export: {kernels:,} kernels + {kernels:,} launches written in {took:.1f} s")
-        wall, cpu, rows = _time_load(str(synth), 1 if not quick else repeats)
-        print(_line(f"synthetic {kernels // 1000}k kernels", rows, wall, cpu))
-        target = "meets" if rows / wall >= 1e6 else "misses"
-        print(f"target >= 1 M rows/s: {target} ({rows / wall / 1e6:.2f} M rows/s, {os.cpu_count()} cores)")
-        peak = _peak_rss(str(synth))
-        print(f"peak resident (fresh interpreter, imports included): {peak / 1e6:.0f} MB = {peak / rows:.0f} B/row")
-        print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        paths(Path(tmp), quick)
 
 
-def _peak_rss(path: str) -> int:
-    """VmHWM of a fresh interpreter that loads ``path`` (trace cache off)."""
-    code = (
-        "import sys; from gaplens.loaders import load; load(sys.argv[1], use_cache=False)\n"
-        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+TARGET_ROWS_S = 1e6  # issue 23: nsys at a million rows a second at 10M rows, on 2 cores
+KEEP_PAGES_IF = 1.5  # issue 23: the page decoder stays only if it wins by this much at 10M rows
+
+
+def paths(tmp: Path, quick: bool) -> None:
+    """Pages vs SQL vs ADBC at each size: wall, CPU, rows/s, peak; then the decision at the largest."""
+    sizes = [int(x) for x in os.environ.get("GAPLENS_BENCH_NSYS_ROWS", "").split(",") if x.strip()]
+    sizes = sizes or ([100_000] if quick else [100_000, 1_000_000, 10_000_000])
+    print(f"read paths (integer columns of kernels + launch calls; fresh interpreter each; {os.cpu_count()} cores)")
+    print(
+        f"{'rows':>10} {'way':<13} {'wall s':>7} {'cpu s':>7} {'M rows/s':>8} {'cpu M/s':>8} {'peak MB':>8} "
+        f"{'B/row':>6} {'whole B/row':>11}"
     )
-    out = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, check=True)
-    return int(out.stdout.strip()) * 1024
+    best: dict[str, dict] = {}
+    for rows in sizes:
+        export = tmp / f"paths_{rows}.sqlite"
+        make_export(export, kernels=rows // 2)
+        repeats = 1 if rows >= 5_000_000 else 2
+        best = {}
+        sums = set()
+        for way in WAYS:
+            runs = [r for r in (measure(str(export), way) for _ in range(repeats)) if r is not None]
+            if not runs:
+                print(f"{rows:>10,} {way:<13} not installed (pip install adbc-driver-sqlite)")
+                continue
+            r = min(runs, key=lambda x: x["s"])
+            r["cpu"] = min(x["cpu"] for x in runs)
+            best[way] = r
+            if r["events"] is None:
+                sums.add(r["sum"])
+            grown = (r["peak"] - r["base"]) / rows
+            print(
+                f"{rows:>10,} {way:<13} {r['s']:>7.2f} {r['cpu']:>7.2f} {rows / r['s'] / 1e6:>8.2f} "
+                f"{rows / r['cpu'] / 1e6:>8.2f} {r['peak'] / 1e6:>8.0f} {grown:>6.0f} {r['peak'] / rows:>11.0f}"
+            )
+        if len(sums) > 1:
+            print(f"{'':>10} the column reads disagree: {sorted(sums)}")
+        export.unlink()
+    print("  (B/row: peak minus the peak after imports; whole: the process's peak, target 200; per row)")
+    _decide(sizes[-1], best)
+    print(f"load average: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _decide(rows: int, best: dict[str, dict]) -> None:
+    if "pages" not in best:
+        return
+    others = {k: v for k, v in best.items() if k in ("sql chunks", "sqlite3", "adbc")}
+    if not others:
+        return
+    rival = min(others, key=lambda k: others[k]["s"])
+    wall = others[rival]["s"] / best["pages"]["s"]
+    rival_cpu = min(others, key=lambda k: others[k]["cpu"])
+    cpu = others[rival_cpu]["cpu"] / best["pages"]["cpu"]
+    verdict = "keep the page decoder" if min(wall, cpu) >= KEEP_PAGES_IF else "the page decoder does not earn its keep"
+    print(
+        f"at {rows:,} rows: pages is {wall:.2f}x faster than {rival} (wall) and {cpu:.2f}x ({rival_cpu}, CPU); "
+        f"rule >= {KEEP_PAGES_IF}x: {verdict}"
+    )
+    if "load (pages)" in best:
+        rate = rows / best["load (pages)"]["s"]
+        met = "meets" if rate >= TARGET_ROWS_S else "misses"
+        print(f"whole load with pages: {rate / 1e6:.2f} M rows/s: {met} the >= 1 M rows/s target")
