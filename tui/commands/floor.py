@@ -84,18 +84,21 @@ def render_text(trace: Trace, data: dict) -> str:
         lines += [f"note: {n}" for n in data["notes"]]
         lines.append("")
     sized = tot["time_ns"] - tot["unsized_ns"]
-    lines.append(
-        f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured; sized {fmt_ns(sized)} with a floor of "
-        f"{fmt_ns(tot['floor_ns'])} ({_pct(tot['efficiency'])} of the roof, {tot['bound'] or '—'}-bound); "
-        f"unsized {fmt_ns(tot['unsized_ns'])}"
-    )
+    if sized > 0:
+        lines.append(
+            f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured; sized {fmt_ns(sized)} with a floor of "
+            f"{fmt_ns(tot['floor_ns'])} ({_pct(tot['efficiency'])} of the roof, {tot['bound'] or '—'}-bound); "
+            f"unsized {fmt_ns(tot['unsized_ns'])}"
+        )
+    else:
+        lines.append(f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured, none with a floor")
     if tot["excess"]:
         lines.append(
             "  time above the floor: "
             + ", ".join(f"{clean_text(e['name'])[:40]} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"])
         )
     st = data.get("step")
-    if st:
+    if st and st["efficiency"] is not None:
         ex = ", ".join(f"{clean_text(e['name'])[:28]} {fmt_ns(e['excess_ns'])}" for e in st["excess"])
         lines.append(
             f"step {clean_text(st['label'])} ×{st['count']} ({st['steady']} steady, {fmt_ns(st['median_ns'])} each): "
