@@ -55,6 +55,10 @@ NO_GAIN_SHARE = 0.01
 #: Replay passes over one batch of ops that wait on each other across streams (a chain of
 #: cross-stream waits deeper than this inside one sync interval is cut, and noted).
 MAX_WAIT_PASSES = 8
+#: Step 6's "host" group is its islands when they hold at least this share of the host-cause blank
+#: time in steady steps; below it the group is mostly the launch loop's short host gaps (eager decode:
+#: 2-3%; the island and DataLoader recordings: over 80%), and every host-cause region is taken off.
+ISLANDS_HOLD = 0.5
 #: "minus infinity" for int64 times: far below any trace time, far from overflow when added to.
 NEG = -(1 << 62)
 
@@ -66,6 +70,7 @@ class Change:
     kind: str
     target: str
     factor: float = 1.0
+    every: bool = False  # remove: every region of the cause (no island / launch-loop split), as step 6 groups them
 
     def text(self) -> str:
         return f"--remove {self.target}" if self.kind == "remove" else f"--scale '{self.target}={self.factor:g}'"
@@ -371,7 +376,7 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
                  "gpu_ns": int(d[hit].sum()), "gpu_ns_after": int(dnew[hit].sum())}
             )  # fmt: skip
         else:
-            th, s0, s1, desc, ub = _removal(trace, b, ch.target)
+            th, s0, s1, desc, ub = _removal(trace, b, ch.target, ch.every)
             del_thread.append(th)
             del_s.append(s0)
             del_e.append(s1)
@@ -419,14 +424,18 @@ def island_min_ns(trace: Trace) -> int:
     return max(int(ISLAND_STEP_SHARE * steps(trace).step_ns), ISLAND_MIN_NS)
 
 
-def _regions_of(trace: Trace, cols, cause: str) -> np.ndarray:
+def _regions_of(trace: Trace, cols, cause: str, every: bool = False) -> np.ndarray:
     """Blank regions whose host time ``--remove cause`` takes off (indices into ``cols``).
 
     ``host`` is the host islands (host-cause regions at least ``island_min_ns``); ``launch`` is the slow
     launch loop: launch-cause regions and the shorter host-cause gaps between its launches (what a CUDA
     graph or a fused kernel takes away with the launches). ``sync`` and ``copy``: the regions of that cause.
+    ``every``: host-cause regions of every size (the guided reading's "host work" group).
     """
     from gaplens.analysis.gaps import CAUSES
+
+    if every and cause == "host":
+        return np.flatnonzero(cols.cause == CAUSES.index("host"))
 
     dur = cols.end_ns - cols.start_ns
     host = cols.cause == CAUSES.index("host")
@@ -437,12 +446,12 @@ def _regions_of(trace: Trace, cols, cause: str) -> np.ndarray:
     return np.flatnonzero(cols.cause == CAUSES.index(cause))
 
 
-def _removal(trace: Trace, b: _Base, cause: str):
+def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
     """(threads, starts, ends) of host time to take off, a description, and the calls that stop blocking."""
     from gaplens.analysis.gaps import gap_columns
 
     cols = gap_columns(trace)
-    sel = _regions_of(trace, cols, cause)
+    sel = _regions_of(trace, cols, cause, every)
     nxt = cols.next_op[sel]
     call = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
     has = call >= 0
@@ -487,7 +496,7 @@ def _removal(trace: Trace, b: _Base, cause: str):
     desc = {
         "kind": "remove",
         "cause": cause,
-        "island_min_ns": island_min_ns(trace) if cause in ("host", "launch") else None,
+        "island_min_ns": island_min_ns(trace) if cause in ("host", "launch") and not every else None,
         "regions": int(sel.size),
         "on_critical_path": int(on.sum()),
         "blank_ns": int(dur.sum()),
@@ -854,9 +863,43 @@ def _comm_note(trace: Trace, rp: Replay) -> list[str]:
     ]
 
 
+def _islands_share(trace: Trace) -> float:
+    """Share of the host-cause blank time in steady steps that host islands hold (1.0 when there is none)."""
+    from gaplens.analysis.gaps import CAUSES, gap_columns
+    from gaplens.analysis.steps import steps
+
+    cols = gap_columns(trace)
+    mask = cols.cause == CAUSES.index("host")
+    g0, g1 = cols.start_ns[mask], cols.end_ns[mask]
+    inside = g1 - g0
+    st = steps(trace)
+    if st and st.steady:  # warm-up (a first call's module loading) is set apart, as step 6 does
+        spans = sorted(st.spans[k] for k in st.steady)
+        s0 = np.asarray([a for a, _ in spans], np.int64)
+        s1 = np.asarray([z for _, z in spans], np.int64)
+        cum = np.concatenate(([0], np.cumsum(s1 - s0)))
+
+        def covered(t: np.ndarray) -> np.ndarray:  # steady step time before t
+            k = np.searchsorted(s0, t, "right")
+            last = np.maximum(k - 1, 0)
+            return np.where(k > 0, cum[last] + np.clip(t - s0[last], 0, (s1 - s0)[last]), 0)
+
+        inside = covered(g1) - covered(g0)
+    total = int(inside.sum())
+    island = (g1 - g0) >= island_min_ns(trace)
+    return float(inside[island].sum()) / total if total else 1.0
+
+
 def predicted_gain(trace: Trace, cause: str) -> tuple[int, int] | None:
-    """(measured, predicted) median step in ns with ``--remove cause``; None without steps or such regions."""
-    r = whatif(trace, [parse_remove(cause)])
+    """(measured, predicted) median step in ns with the guided reading's cause group removed; None without
+    steps or such regions.
+
+    As step 6 groups blank time: ``launch`` is the launch loop (``--remove launch``); ``host`` is the host
+    islands (``--remove host``) when they hold most of the host-cause blank time, else every host-cause
+    region (the group is then the loop's short host gaps, which "keep Python out of the loop" removes).
+    """
+    every = cause == "host" and _islands_share(trace) < ISLANDS_HOLD
+    r = whatif(trace, [Change("remove", parse_remove(cause).target, every=every)])
     st = r["steps"]
     if st["measured_median_ns"] is None or not r["changes"] or r["changes"][0]["regions"] == 0:
         return None

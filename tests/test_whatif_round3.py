@@ -81,3 +81,17 @@ def test_no_change_replays_every_step_exactly(name: str) -> None:
     assert r["window_ns"]["predicted"] == r["window_ns"]["measured"]
     assert r["per_step"] and all(s["predicted_ns"] == s["measured_ns"] for s in r["per_step"])
     assert all(s["predicted_host_ns"] == s["measured_host_ns"] for s in r["per_step"])
+
+
+def test_step_6_gain_follows_what_the_host_group_is_made_of() -> None:
+    """Islands hold the island pair's host time: step 6's gain is `--remove host`'s. In eager decode the
+    host-cause time is the launch loop's short gaps (no island): the gain takes every host region off."""
+    from gaplens.analysis.whatif import predicted_gain
+
+    island = load(str(DATA / "island_fault.json.gz"))
+    r = whatif(island, [parse_remove("host")])["steps"]
+    assert predicted_gain(island, "host") == (r["measured_median_ns"], r["predicted_median_ns"])
+    graphs = load(str(DATA / "graphs_fault.json.gz"))
+    assert whatif(graphs, [parse_remove("host")])["changes"][0]["regions"] == 0  # no island at all
+    measured, predicted = predicted_gain(graphs, "host")
+    assert predicted < 0.9 * measured
