@@ -3,8 +3,10 @@
 Each input is one of the seeds (``bench.seeds``) with a few mutations: Kineto values
 swapped for hostile ones (numbers past any width, non-finite tokens, escapes, wrong
 types), fields and events removed or duplicated, then sometimes damaged bytes or a
-gzip wrapper; nsys cells updated to other types and ranges, columns renamed, tables
-dropped, rowids scattered, sometimes damaged pages. Every input goes through ``gaplens
+gzip wrapper, or one hostile shape (nesting 600-100,000 deep, integers of 25-5,000
+digits, gzip bombs of blanks, ranges past the 26-day limit); nsys cells updated to
+other types and ranges, columns renamed, tables dropped or replaced by (recursive)
+views, rowids scattered, sometimes damaged pages. Every input goes through ``gaplens
 summary``, ``gaps`` and ``smells`` in a child process (``bench.clirun``), killed past
 ``--timeout`` seconds (a hang) or ``--rss-limit`` MB (a blow-up). A crash is any run
 that breaks the command-line contract: an exit status other than 0 or 2, a traceback,
@@ -26,6 +28,7 @@ import sqlite3
 import tempfile
 import threading
 import time
+import zlib
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -99,12 +102,87 @@ def mutate_kineto(rng: random.Random, seed: dict) -> tuple[bytes, str]:
         else:
             events.insert(rng.randrange(len(events) + 1), _hostile(rng))
     data = dumps(doc)
+    if rng.random() < SHAPES:
+        return _shape(rng, doc)
     if rng.random() < 0.25:
         data = _damage_bytes(rng, data)
     if rng.random() < 0.15:
         data = _gzip(rng, data)
         return data, ".json.gz"
     return data, ".json"
+
+
+# ---- hostile shapes: each must end, bounded (issue 22) --------------------------------------
+
+SHAPES = 0.12  # share of Kineto inputs given one of the shapes below instead of byte damage
+DEPTHS = (600, 1_100, 10_000, 100_000)
+DIGITS = (25, 401, 4_300, 5_000)  # past 4,300 digits Python refuses to read an int at all
+BOMB_MB = (4, 16, 48)  # blank megabytes: small enough to keep a 20,000-input run affordable
+_DAY_US = 86_400_000_000
+
+
+def _deep(n: int) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+def _events_text(doc: dict) -> bytes:
+    return b",".join(dumps(ev) for ev in doc["traceEvents"])
+
+
+def _shape(rng: random.Random, doc: dict) -> tuple[bytes, str]:
+    """The document with one hostile shape: deep nesting (top-level key, event arg, Input Dims), an integer of
+    hundreds or thousands of digits, a gzip bomb of blanks (between events, before or after them) or ranges
+    longer than the trace's 26-day limit."""
+    op = rng.random()
+    events = [ev for ev in doc["traceEvents"] if isinstance(ev, dict)]
+    body = _events_text(doc)
+    if op < 0.3:
+        deep = _deep(rng.choice(DEPTHS))
+        where = rng.random()
+        if where < 0.4:
+            data = b'{"x": ' + deep + b', "traceEvents": [' + body + b"]}"
+        elif where < 0.6:
+            data = b'{"traceEvents": [' + body + b'], "x": ' + deep + b"}"
+        else:
+            ev = dumps(rng.choice(events))[:-1] if events else b'{"ph": "X"'
+            key = b'"Input Dims"' if where < 0.8 else b'"extra"'
+            data = b'{"traceEvents": [' + body + b", " + ev + b', "args": {' + key + b": " + deep + b"}}]}"
+        return data, ".json"
+    if op < 0.5:
+        digits = ("9" * rng.choice(DIGITS)).encode()
+        key = rng.choice([b'"registers per thread"', b'"grid"', b'"correlation"', b'"stream"', b'"bytes"'])
+        ev = dumps(rng.choice(events))[:-1] if events else b'{"ph": "X", "cat": "kernel"'
+        data = b'{"traceEvents": [' + body + b", " + ev + b', "args": {' + key + b": " + digits + b"}}]}"
+        return data, ".json"
+    if op < 0.75:
+        blank = rng.choice([b" ", b"\n", b" \t\r\n"])
+        size = rng.choice(BOMB_MB) << 20
+        where = rng.random()
+        first, rest = (dumps(events[0]), b",".join(dumps(ev) for ev in events[1:])) if events else (b"", b"")
+        if where < 0.5 and first and rest:
+            head, tail = b'{"traceEvents": [' + first + b",", rest + b"]}"
+        elif where < 0.75:
+            head, tail = b'{"schemaVersion": 1,', b'"traceEvents": [' + body + b"]}"
+        else:
+            head, tail = b'{"traceEvents": [' + body + b"],", b'"schemaVersion": 1}'
+        z = zlib.compressobj(6, zlib.DEFLATED, 31)
+        block = blank * ((1 << 20) // len(blank))
+        parts = [z.compress(head), *(z.compress(block) for _ in range(size >> 20)), z.compress(tail), z.flush()]
+        return b"".join(parts), ".json.gz"
+    ranges = []
+    n = rng.choice((50, 500, 3_000))
+    for ev in events:
+        if ev.get("ph") == "X" and isinstance(ev.get("ts"), int | float):
+            base = ev
+            break
+    else:
+        base = {"ph": "X", "pid": 1, "tid": 1, "ts": 1000}
+    for i in range(n):
+        ranges.append(
+            {**base, "cat": "user_annotation", "name": f"r{i}", "ts": i, "dur": rng.choice((27, 40, 10**6)) * _DAY_US}
+        )
+    doc["traceEvents"] = list(doc["traceEvents"]) + ranges
+    return dumps(doc), ".json"
 
 
 def _damage_bytes(rng: random.Random, data: bytes) -> bytes:
@@ -186,6 +264,11 @@ def mutate_nsys(rng: random.Random, seed: bytes, path: Path) -> Path:
                     con.execute(f'DELETE FROM "{table}" WHERE abs(random()) % 2 = 0')
                 elif op < 0.93:
                     con.execute(f'INSERT INTO "{table}" SELECT * FROM "{table}"')
+                elif op < 0.96:
+                    _view_for(con, table, tables[table], recursive=rng.random() < 0.7)
+                    del tables[table]
+                    if not tables:
+                        break
                 else:
                     name, value = rng.choice(
                         [
@@ -216,6 +299,20 @@ def mutate_nsys(rng: random.Random, seed: bytes, path: Path) -> Path:
         path.unlink()
         return gz
     return path
+
+
+def _view_for(con: sqlite3.Connection, table: str, cols: list[str], recursive: bool) -> None:
+    """Replace ``table`` by a view of the same columns: recursive ones yield rows without end."""
+    names = ", ".join(f'"{c}"' for c in cols)
+    con.execute(f'ALTER TABLE "{table}" RENAME TO "{table}_was"')
+    if recursive:
+        step = ", ".join(f'"{c}" + 1' for c in cols)
+        con.execute(
+            f'CREATE VIEW "{table}" AS WITH RECURSIVE r({names}) AS '
+            f'(SELECT {names} FROM "{table}_was" UNION ALL SELECT {step} FROM r) SELECT * FROM r'
+        )
+    else:
+        con.execute(f'CREATE VIEW "{table}" AS SELECT {names} FROM "{table}_was"')
 
 
 # ---- running ------------------------------------------------------------------------------
