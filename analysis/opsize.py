@@ -89,8 +89,8 @@ class Args:
         if i >= len(self.dims) or i >= len(self.types):
             return None
         d, t = self.dims[i], self.types[i]
-        if t not in DTYPES or not isinstance(d, list) or any(not isinstance(x, int) for x in d):
-            return None
+        if t not in DTYPES or not isinstance(d, list) or any(type(x) is not int or x < 0 for x in d):
+            return None  # a shape is a list of non-negative ints; anything else was not recorded as one
         return d
 
     def itemsize(self, i: int) -> int:

@@ -413,3 +413,44 @@ def test_decode_shapes_lever_names_the_gemv():
     lever = floor_lever(trace)
     assert lever.family == "aten::mm" and lever.bound == "memory" and "GEMV" in lever.text
     assert "batch" in lever.lever and "quantise" in lever.lever
+
+
+def _tiny_trace(tmp_path, args: dict, name: str = "aten::mm") -> Path:
+    """A hand-built Kineto trace: one CPU op (``args``) launching one 10 µs kernel on an H200."""
+    ev = [
+        {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 100.0, "dur": 50.0, "args": args},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 110.0, "dur": 5.0,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7, "ts": 120.0, "dur": 10.0,
+         "args": {"correlation": 7, "device": 0, "stream": 7}},
+    ]  # fmt: skip
+    doc = {"deviceProperties": [{"id": 0, "name": "NVIDIA H200", **H200}], "traceEvents": ev}
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_hand_built_trace_floor_by_hand(tmp_path):
+    args = {"Input Dims": [[64, 4096], [4096, 4096]], "Input type": [BF, BF], "Concrete Inputs": ["", ""]}
+    data = floor_json(load(str(_tiny_trace(tmp_path, args))))
+    (op,) = data["ops"]
+    flops, nbytes = 2 * 64 * 4096 * 4096, 2 * (64 * 4096 + 4096 * 4096 + 64 * 4096)
+    assert (op["flops"], op["bytes"], op["time_ns"], op["count"]) == (flops, nbytes, 10_000, 1)
+    floor = max(flops / 989.5e12, nbytes / 4.8e12) * 1e9
+    assert op["floor_ns"] == round(floor) and op["efficiency"] == pytest.approx(floor / 10_000, abs=1e-4)
+    assert op["bound"] == "memory" and op["kernel"] == "gemm_kernel"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"Input Dims": "[[1, 2]]", "Input type": "c10::BFloat16", "Concrete Inputs": 3},
+        {"Input Dims": [["a", None], {"x": 1}], "Input type": [BF, 5], "Concrete Inputs": [None, []]},
+        {"Input Dims": [[-1, 4096], [4096, 10**30]], "Input type": [BF, BF]},
+        {"Input Dims": [[64, 4096], [4096, 4096]], "Input type": ["c10::Weird", BF]},
+    ],
+)
+def test_hostile_args_are_unsized_never_a_crash(tmp_path, args):
+    data = floor_json(load(str(_tiny_trace(tmp_path, args))))
+    assert data["unsized_ns"] == 10_000  # none of these is a readable mm
+    json.dumps(data, allow_nan=False)
