@@ -102,6 +102,8 @@ def floors(trace: Trace, gpu_spec: str | None = None) -> Floors:
     if hit is not None and hit[0]() is trace:  # type: ignore[operator]
         return hit[1]
     got = _floors(trace, gpu_spec)
+    for k in [k for k, (ref, _) in _FLOORS.items() if ref() is None]:  # type: ignore[operator]
+        del _FLOORS[k]  # traces gone: their floors go too
     _FLOORS[key] = (weakref.ref(trace), got)
     return got
 
