@@ -11,7 +11,8 @@ critical path predicts no gain. Edges (as ``analysis.critical_path``):
     wait     ... and after the op it waited on (recorded or inferred cross-stream waits)
     sync     a blocking call returns after the op it waited on ends, or after its own cost
     host     between blocking calls a thread runs freely: its points move with its last return,
-             minus the host time a change took off it (a thread that never blocks follows its process)
+             minus the host time a change took off it (a thread that never blocks, autograd's, follows
+             its process's blocking thread at the same moment)
 
     thread  [launch]──island──[launch]──[sync ······]──[launch]
     stream       ███ k1          ███ k2 ───────╯            ███ k3
@@ -19,13 +20,14 @@ critical path predicts no gain. Edges (as ``analysis.critical_path``):
     thread's later points move earlier by as much as their other predecessors allow.
 
 Changes:
-- ``remove CAUSE`` (host, launch, sync, copy): for every blank region of that cause, the
-  launching thread's time from the region's start until the next op's launch handed it over
-  is taken off that thread (time blocked inside a call waiting for the device excepted: it
-  follows the device). ``sync`` and ``copy`` also stop the blocking calls of that class
-  overlapping the region from waiting (the call keeps only its own cost); ``sync`` also
-  unblocks the synchronise calls behind a sync cliff (the device ran dry while the host sat in
-  the call: ``.item()`` in the loop).
+- ``remove CAUSE`` (host, launch, sync, copy): for every blank region of that cause (``host``: the
+  host islands, as wide as the host-island smell's bound; ``launch``: the launch loop, launch-cause
+  regions and the shorter host gaps between launches), the launching thread's time from the
+  region's start until the next op's launch handed it over is taken off that thread (time
+  blocked inside a call waiting for the device excepted: it follows the device). ``sync`` and
+  ``copy`` also stop the blocking calls of that class overlapping the region from waiting (the
+  call keeps only its own cost); ``sync`` also unblocks the synchronise calls behind a sync
+  cliff (the device ran dry while the host sat in the call: ``.item()`` in the loop).
 - ``scale GLOB=FACTOR``: GPU ops (kernels, copies, memsets) whose name matches the glob
   take FACTOR times as long.
 
@@ -59,6 +61,10 @@ MAX_WAIT_PASSES = 8
 #: time in steady steps; below it the group is mostly the launch loop's short host gaps (eager decode:
 #: 2-3%; the island and DataLoader recordings: over 80%), and every host-cause region is taken off.
 ISLANDS_HOLD = 0.5
+CUT_NOTE = (
+    f"a chain of cross-stream waits deeper than {MAX_WAIT_PASSES} inside one sync interval was cut: "
+    "ops at its end may be predicted early"
+)
 #: "minus infinity" for int64 times: far below any trace time, far from overflow when added to.
 NEG = -(1 << 62)
 
@@ -599,6 +605,9 @@ def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) 
                 lane_x[seg_lane[j]] = _segment(ectx, lo_l[j], hi_l[j], carries[j - j0], w_l[j])
             if before is None or np.array_equal(before, enew[lo_l[j0] : hi_l[j1 - 1]]):
                 break
+        else:
+            if CUT_NOTE not in rp.notes:
+                rp.notes.append(CUT_NOTE)
 
     for k in range(nb):
         run_chunk(k)
