@@ -136,7 +136,9 @@ def _floors(trace: Trace, gpu_spec: str | None) -> Floors:
         nbytes[j] = c.size.bytes * share
         dtype[j] = c.size.dtype
     copies = np.isin(kind, list(_COPY_KINDS))
-    nbytes[copies] = trace.bytes[gpu][copies].astype(np.float64)
+    copy_bytes = trace.bytes[gpu].astype(np.float64)
+    copies &= copy_bytes > 0  # a copy or memset whose size the trace does not give is unsized, not a 0 ns floor
+    nbytes[copies] = copy_bytes[copies]
     flops[copies] = 0.0
     compute_ns = np.full(n, np.nan)
     memory_ns = np.full(n, np.nan)
