@@ -369,7 +369,7 @@ def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kn
                 messages[i] = DEPENDENCY_HINT
     copies = np.flatnonzero(cause == col["copy"])
     if copies.size:
-        for i, text in zip(copies.tolist(), _copy_messages(trace, reg, copies), strict=True):
+        for i, text in zip(copies.tolist(), _copy_messages(trace, reg, copies, nxt), strict=True):
             messages[i] = text
     if "cpu_ops" in trace.meta.lacks:
         for i in np.flatnonzero(cause == col["host"]).tolist():
@@ -482,8 +482,11 @@ def _graph_launched(trace: Trace, ops: np.ndarray) -> np.ndarray:
     return out
 
 
-def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray) -> list[str]:
-    """For copy-caused gaps: which copies ran (direction and memory kind) and whether they crossed the host link."""
+def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray) -> list[str]:
+    """For copy-caused gaps: which copies ran (direction and memory kind) and whether they crossed the host link.
+
+    With no copy on the device, the copy calls the launching thread sat in, named by the copy each queued.
+    """
     from gaplens.analysis.units import fmt_ns
 
     cm = copy_mask(trace)
@@ -507,7 +510,7 @@ def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray) -> list[str]:
                 lab = copy_label(trace, j)
                 labels[lab] = labels.get(lab, 0) + ov
         if not labels:
-            out.append(COPY_CALL_HINT)
+            out.append(_copy_call_text(trace, int(nxt[i]), s, e))
             continue
         ranked = sorted(labels.items(), key=lambda kv: -kv[1])
         text = "copies ran here: " + ", ".join(f"{k} {fmt_ns(v)}" for k, v in ranked[:3])
@@ -515,6 +518,31 @@ def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray) -> list[str]:
             text += " (device-local: no host<->device traffic; look at why the data is copied at all)"
         out.append(text)
     return out
+
+
+def _copy_call_text(trace: Trace, nxt: int, s: int, e: int) -> str:
+    """What the launching thread's copy calls inside [s, e) copied: ``HtoD pageable`` and the time in the calls."""
+    from gaplens.analysis.units import fmt_ns
+
+    call = int(trace.launch[nxt]) if nxt >= 0 else -1
+    if call < 0:
+        return COPY_CALL_HINT
+    lane = int(trace.lane[call])
+    sl = trace.lane_events(lane)
+    idx = np.arange(sl.start, sl.stop)
+    idx = idx[(trace.start_ns[idx] < e) & (trace.end_ns[idx] > s) & (api_class(trace)[idx] == Call.COPY)]
+    if idx.size == 0:
+        return COPY_CALL_HINT
+    ops = _copy_op_of_calls(trace, api_class(trace))(idx)
+    labels: dict[str, int] = {}
+    for c, op in zip(idx.tolist(), ops.tolist(), strict=True):
+        lab = copy_label(trace, op) if op >= 0 else "copy"
+        labels[lab] = labels.get(lab, 0) + min(int(trace.end_ns[c]), e) - max(int(trace.start_ns[c]), s)
+    ranked = sorted(labels.items(), key=lambda kv: -kv[1])
+    text = "the launching thread sat in copy calls: " + ", ".join(f"{k} {fmt_ns(v)}" for k, v in ranked[:3])
+    if not any(is_host_copy(k) for k in labels):
+        text += " (device-local copies: no host<->device traffic)"
+    return text
 
 
 def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:

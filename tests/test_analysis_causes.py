@@ -269,3 +269,15 @@ def test_launched_during_the_region_then_queued_splits_host_and_dependency():
     assert g.shares["dependency"] == pytest.approx((5_000 - 100) * us / dur, abs=1e-3)
     assert g.cause == "dependency" and not g.on_critical_path
     assert "started 5 ms after cudaLaunchKernel returned" in g.message
+
+
+def test_thread_copy_without_a_device_copy_names_the_calls():
+    """The thread sits 790 µs in a cudaMemcpy whose copy the trace did not record: copy, from the call alone."""
+    us = 1_000
+    b = Builder()
+    b.launch(0, 10, 12, 100 * us, name="k1")
+    b.call(110 * us, 900 * us, "cudaMemcpy")
+    b.launch(980 * us, 990 * us, 1_000 * us, 1_100 * us, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert g.cause == "copy" and g.shares["copy"] == pytest.approx(790 / 900, abs=1e-3)
+    assert g.message.startswith("the launching thread sat in copy calls: copy 790 µs")
