@@ -28,7 +28,8 @@ import orjson
 
 from gaplens.analysis.notes_merge import merge
 from gaplens.analysis.words import STEP_TITLES
-from gaplens.loaders.files import atomic_write, locked, remove_stale_temps
+from gaplens.loaders.files import atomic_write, locked, open_regular, remove_stale_temps
+from gaplens.loaders.model import TraceError
 from gaplens.loaders.text import clean_text, shorten
 from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none, loose_json
 
@@ -39,6 +40,7 @@ SUFFIX = ".gaplens.json"
 BESIDE_ENV = "GAPLENS_NOTES_BESIDE"
 _CHUNK = 1 << 20
 _MAX_TEXT = 4000  # a note is a sentence or a paragraph, not a document
+MAX_NOTES_BYTES = 64 << 20  # ~10^4 notes of _MAX_TEXT each, indented: anything larger is not ours
 
 
 def fingerprint(path: str | os.PathLike) -> str:
@@ -358,12 +360,17 @@ class NotesStore:
         return notes
 
     def _read(self, path: Path) -> Notes | None:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        if not path.exists():
             return None
-        except OSError as exc:
-            self._warn(f"cannot read notes {path}: {exc.strerror or exc}")
+        try:
+            # A FIFO or device planted at the notes name would block or stream forever: regular files only.
+            with open_regular(str(path)) as fh:
+                raw = fh.read(MAX_NOTES_BYTES + 1)
+            if len(raw) > MAX_NOTES_BYTES:
+                raise TraceError(f"{path}: larger than {MAX_NOTES_BYTES >> 20} MiB, not a notes file")
+        except (OSError, TraceError) as exc:
+            self._unreadable.add(path)  # a save keeps it aside (.bak) rather than replace it unread
+            self._warn(f"cannot read notes {path}: {getattr(exc, 'strerror', None) or exc}")
             return None
         try:
             data = loose_json(raw)

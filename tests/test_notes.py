@@ -311,3 +311,15 @@ def test_a_symlinked_lock_is_not_followed(trace_copy: Path, tmp_path: Path) -> N
     path = store.save(_filled(store))
     assert not victim.exists(), "the lock's target was created"
     assert path == notes_mod.state_path(store.fingerprint)  # refused beside: saved at home instead
+
+
+def test_a_fifo_at_the_notes_name_is_refused_not_waited_on(trace_copy: Path) -> None:
+    """A FIFO planted beside the trace as its notes file would block a read forever."""
+    beside = trace_copy.with_name(trace_copy.name + ".gaplens.json")
+    os.mkfifo(beside)
+    warned: list[str] = []
+    store = NotesStore(trace_copy, warn=warned.append)
+    got = store.load()  # returns at once
+    assert got.empty and any("not a regular file" in w for w in warned)
+    got.add_note("fresh", 1)
+    assert store.save(got) == notes_mod.state_path(store.fingerprint)
