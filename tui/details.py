@@ -169,7 +169,11 @@ def _describe_gap(model: TimelineModel, g: Gap) -> list[tuple[str, str]]:
     ]
     if not readings.analysed:
         return [*lines, ("cause", "still analysing…")]
-    path = {"comm": "yes: the device waited in a collective on the path", "idle": "no: nothing was asked"}
+    path = {
+        "comm": "yes: the device waited in a collective on the path",
+        "copy": "yes: copies (or the host inside copy calls) on the path",
+        "idle": "no: nothing was asked",
+    }
     on = path.get(g.cause, "yes: the device waited for the host")
     lines.append(("critical path", on if g.on_critical_path or g.cause == "idle" else "no"))
     lines.append(("cause", f"{g.cause}: {CAUSE_WORDS[g.cause]}"))

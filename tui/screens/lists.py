@@ -145,9 +145,9 @@ class ListsScreen(TabbedTables[Pick | None]):
         if self.active == "gaps":
             n = len(self.gaps)
             on = int(self.gaps.on_path.sum())
-            idle = fmt_ns(int((self.gaps.end - self.gaps.start).sum()))
+            blank = fmt_ns(int((self.gaps.end - self.gaps.start).sum()))  # "idle" only when nothing was asked
             text = (
-                f"Blank regions, largest first: {n:,} ({idle} idle), {on:,} on the critical path (●) · "
+                f"Blank regions, largest first: {n:,} ({blank} without compute), {on:,} on the critical path (●) · "
                 "enter: show it" + more_note(MAX_ROWS, n, "regions")
             )
         elif self.findings is None:
