@@ -209,3 +209,28 @@ def test_dependency_recording_never_blames_the_host_for_queued_work():
     copies = np.flatnonzero(cols.cause == CAUSES.index("copy"))
     assert copies.size and all("device-local" in cols.message[k] for k in copies.tolist())
     assert not any("HtoD" in cols.message[k] or "DtoH" in cols.message[k] for k in copies.tolist())
+
+
+def test_summary_json_carries_copy_ns_from_the_raw_copies():
+    """`summary --json`: gpu.copy_ns and each device's copy_ns are the union of the raw memcpy/memset events."""
+    from gaplens.analysis.summary import summary
+
+    path = ROUND3 / "copy_bound.json.gz"
+    raw = [
+        (round(float(e["ts"]) * 1000), round((float(e["ts"]) + float(e["dur"])) * 1000))
+        for e in _raw(path)
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() in ("gpu_memcpy", "gpu_memset")
+    ]
+    raw.sort()
+    union, end = 0, None
+    for s, e in raw:
+        if end is None or s > end:
+            union += e - s
+            end = e
+        elif e > end:
+            union += e - end
+            end = e
+    out = summary(loaded(str(path)))
+    assert abs(out["gpu"]["copy_ns"] - union) <= 2 * len(raw)
+    assert sum(d["copy_ns"] for d in out["devices"]) == out["gpu"]["copy_ns"]
+    assert out["gpu"]["compute_ns"] < out["gpu"]["copy_ns"]
