@@ -242,6 +242,8 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
             g["longest"] = int(f.gpu[j])  # the instance the roofline screen shows on the timeline
         g["time_ns"] += f.time_ns[j]
         kernel_time[key][kname] = kernel_time[key].get(kname, 0.0) + f.time_ns[j]
+        if not np.isnan(f.flops[j]):  # FLOPs are known without a floor when the dtype is not (nsys NVTX shapes)
+            g["known_flops"] = g.get("known_flops", 0.0) + f.flops[j]
         if np.isnan(f.floor_ns[j]):
             g["unsized_ns"] += f.time_ns[j]
             continue
@@ -260,8 +262,10 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
         g["efficiency"] = _ratio(g["floor_ns"], g["sized_ns"]) if sized else None
         for k in ("time_ns", "floor_ns", "unsized_ns", "sized_ns", "compute_ns", "memory_ns"):
             g[k] = round(g[k])
+        known = g.pop("known_flops", None)
         if not sized:
-            g["flops"] = g["bytes"] = g["floor_ns"] = None
+            g["bytes"] = g["floor_ns"] = None
+            g["flops"] = float(known) if known else None
         else:
             g["flops"], g["bytes"] = float(g["flops"]), float(g["bytes"])
         g["shape"] = max(g["shapes"], key=g["shapes"].__getitem__) if g["shapes"] else ""
@@ -311,7 +315,7 @@ def span_row(trace: Trace, sel: np.ndarray, gpu_spec: str | None = None) -> dict
     return {
         "count": int(sel.size),
         "time_ns": round(float(f.time_ns[sel].sum())),
-        "flops": float(f.flops[sized].sum()),
+        "flops": float(np.nansum(f.flops[sel])),  # sized ops' and those with FLOPs but no floor (no dtype)
         "bytes": float(f.bytes[sized].sum()),
         "floor_ns": round(floor_ns),
         "bound": _bound(comp, mem) if sized.size else None,

@@ -9,13 +9,15 @@ its nearest enclosing op that has one sizes the kernel, unless another call unde
 ancestor was sized on its own (then the ancestor's size would count twice: unsized).
 All kernels launched by one op call share its size; their times add up.
 
-nsys reports record no dtypes; their NVTX ranges (``emit_nvtx(record_shapes=True)``) carry
-shapes only, so an nsys trace gets no sizes here and ``why_unsized`` says what to record.
+nsys reports record no dtypes; their NVTX ranges (``emit_nvtx(record_shapes=True)``) carry shapes
+only: the innermost such range open on the launching thread gives a GEMM its FLOPs (bytes and the
+floor need the dtype: none), and ``why_unsized`` says what to record for the floor.
 """
 
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -23,7 +25,7 @@ import numpy as np
 import orjson
 
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.opsize import DTYPES, OpSize, has_formula, size_op
+from gaplens.analysis.opsize import DTYPES, UNKNOWN_TYPE, OpSize, has_formula, size_op
 from gaplens.loaders.files import Source
 from gaplens.loaders.model import Kind, Trace
 
@@ -66,9 +68,14 @@ def why_unsized(trace: Trace) -> str | None:
     """The recording option that would give sizes, or None when the trace has them."""
     fmt = trace.meta.source_format
     if fmt == "nsys":
+        if kernel_calls(trace).has_shapes:
+            return (
+                "the NVTX ranges carry shapes but no dtypes: GEMM FLOPs without a floor; record the run with "
+                f"{KINETO_OPTION} for the floor"
+            )
         return (
             "an nsys report records no operator dtypes: record the run with "
-            f"{KINETO_OPTION} for the floor; NVTX shapes alone come from {NSYS_OPTION}"
+            f"{KINETO_OPTION} for the floor; NVTX shapes alone (FLOPs, no floor) come from {NSYS_OPTION}"
         )
     kc = kernel_calls(trace)
     if not kc.has_shapes:
@@ -86,6 +93,8 @@ def kernel_calls(trace: Trace) -> KernelCalls:
     """The launching call (and its size) of every kernel of a Kineto trace (memoised per trace)."""
     n = len(trace)
     empty = KernelCalls(np.full(n, -1, np.int64))
+    if trace.meta.source_format == "nsys":
+        return _link_nvtx(trace)
     if trace.meta.source_format != "kineto" or not trace.meta.path:
         empty.why = "not a Kineto trace"
         return empty
@@ -152,17 +161,13 @@ def _link(trace: Trace, events: list) -> KernelCalls:
             if isinstance(corr, int) and isinstance(ts, int | float):
                 launches[(ev.get("pid"), corr)] = (ev.get("pid"), ev.get("tid"), float(ts))
     threads = {k: _Thread(v) for k, v in per_thread.items()}
-
-    kinds = trace.kind
-    gpu = np.flatnonzero(kinds == int(Kind.KERNEL))
     call_of = np.full(len(trace), -1, np.int64)
-    calls: list[Call] = []
     if not has_shapes:
-        return KernelCalls(call_of, calls, False, "no Input type recorded")
+        return KernelCalls(call_of, [], False, "no Input type recorded")
     lane_pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)
     # (thread, op index) of the innermost op at each kernel's launch.
     inner: dict[int, tuple[tuple, int]] = {}
-    for k in gpu.tolist():
+    for k in np.flatnonzero(trace.kind == int(Kind.KERNEL)).tolist():
         a = int(trace.launch[k])
         corr = int(trace.corr[k])
         if a < 0 or corr < 0:
@@ -176,6 +181,13 @@ def _link(trace: Trace, events: list) -> KernelCalls:
         i = th.innermost(got[2])
         if i >= 0:
             inner[k] = ((got[0], got[1]), i)
+    return _size_kernels(trace, threads, inner)
+
+
+def _size_kernels(trace: Trace, threads: dict[tuple, _Thread], inner: dict[int, tuple[tuple, int]]) -> KernelCalls:
+    """Each kernel's call from the innermost op open at its launch (``inner``), walking up to an op with a formula."""
+    call_of = np.full(len(trace), -1, np.int64)
+    calls: list[Call] = []
     # Ops sized in their own right, and every ancestor of one (which then cannot size a kernel itself).
     covered: set[tuple] = set()
     for key, i in set(inner.values()):
@@ -199,6 +211,51 @@ def _link(trace: Trace, events: list) -> KernelCalls:
             calls.append(_call(th.ev[owner], sized=j >= 0))
         call_of[k] = at
     return KernelCalls(call_of, calls, True, "")
+
+
+#: ``emit_nvtx(record_shapes=True)`` range names: "aten::mm, seq = 3, op_id = 7, sizes = [[64, 2048], [2048, 2048]]".
+NVTX_SIZES = re.compile(r"^(?P<op>[^,]+?)(?:, seq = -?\d+)?(?:, op_id = \d+)?, sizes = (?P<sizes>\[.*?\]\])(?:, |$)")
+
+
+def _nvtx_op(name: str) -> dict | None:
+    """A CPU-op-like record from an emit_nvtx range name: its op name and ``Input Dims``; no dtypes (unknown)."""
+    m = NVTX_SIZES.match(name)
+    if m is None:
+        return None
+    try:
+        dims = orjson.loads(m.group("sizes"))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(dims, list):
+        return None
+    return {"name": m.group("op"), "args": {"Input Dims": dims, "Input type": [UNKNOWN_TYPE] * len(dims)}}
+
+
+def _link_nvtx(trace: Trace) -> KernelCalls:
+    """nsys: each kernel's innermost ``emit_nvtx(record_shapes=True)`` range on its launching thread."""
+    call_of = np.full(len(trace), -1, np.int64)
+    ann = np.flatnonzero(trace.kind == int(Kind.ANNOTATION))
+    parsed = {int(i): _nvtx_op(trace.names[int(i)]) for i in np.unique(trace.name_id[ann]).tolist()}
+    if not any(parsed.values()):
+        return KernelCalls(call_of, [], False, "no emit_nvtx shapes in the NVTX ranges")
+    per_thread: dict[tuple, list] = defaultdict(list)
+    for i in ann.tolist():
+        rec = parsed[int(trace.name_id[i])]
+        if rec is not None:
+            ln = trace.lanes[int(trace.lane[i])]
+            per_thread[(ln.pid, ln.tid)].append((int(trace.start_ns[i]), int(trace.end_ns[i]), rec))
+    threads = {k: _Thread(v) for k, v in per_thread.items()}
+    inner: dict[int, tuple[tuple, int]] = {}
+    for k in np.flatnonzero(trace.kind == int(Kind.KERNEL)).tolist():
+        a = int(trace.launch[k])
+        if a < 0:
+            continue
+        ln = trace.lanes[int(trace.lane[a])]
+        th = threads.get((ln.pid, ln.tid))
+        i = th.innermost(int(trace.start_ns[a])) if th is not None else -1
+        if i >= 0:
+            inner[k] = ((ln.pid, ln.tid), i)
+    return _size_kernels(trace, threads, inner)
 
 
 def _call(ev: dict, sized: bool) -> Call:

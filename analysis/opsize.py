@@ -46,6 +46,9 @@ DTYPES: dict[str, tuple[int, str]] = {
     "c10::complex<float>": (8, "complex64"),
     "c10::complex<double>": (16, "complex128"),
 }
+#: The ``Input type`` given to shapes recorded without a dtype (nsys NVTX ranges): FLOPs only, no bytes.
+UNKNOWN_TYPE = "?"
+DTYPES[UNKNOWN_TYPE] = (0, "")
 #: c10::ScalarType numbers as ``Concrete Inputs`` print a ``dtype=`` argument.
 SCALAR_TYPES: dict[int, str] = {
     0: "unsigned char",
@@ -250,7 +253,7 @@ def size_attention(name: str, a: Args) -> OpSize | None:
     """Attention forward 4·B·H·Sq·Sk·D FLOPs (2·B·H·Sq·Sk·(D+Dv) when V's dim differs), half when causal,
     ×2.5 for the backward; bytes every tensor input + the output (forward: out of Q's shape with V's dim;
     backward: dQ, dK, dV of Q, K, V's shapes). Causality comes from ``is_causal`` (or ``custom_mask_type``
-    1/2); an unrecorded flag counts as not causal only when the argument is absent from the record.
+    1/2); an unrecorded or unreadable flag leaves the op unsized.
     """
     qi, ki, vi, layout, causal_at, backward = ATTENTION[name]
     sq, sk, sv = a.shape(qi), a.shape(ki), a.shape(vi)
@@ -268,8 +271,8 @@ def size_attention(name: str, a: Args) -> OpSize | None:
     else:
         mask = a.ints(-causal_at)
         causal = None if mask is None else (mask[0] in (1, 2))
-    if causal is None and (abs(causal_at) < len(a.concrete)):
-        return None  # the flag was recorded but not readable: do not guess
+    if causal is None:
+        return None  # causality not recorded (or not readable): half or all of the work, not guessed
     if causal:
         flops /= 2
     ins = sum(a.nbytes(i) for i in a.tensors())
@@ -721,6 +724,17 @@ def size_op(
     """FLOPs and bytes of one call of ``name`` from its recorded arguments; None when unknown or unreadable."""
     n = _strip(name)
     a = Args(dims or [], types or [], concrete or [], strides or [])
+    if UNKNOWN_TYPE in a.types:  # shapes without dtypes: FLOPs of a GEMM, nothing else
+        got = _size(n, a) if n in _GEMMS else None
+        return OpSize(got.flops, math.nan, "", got.formula) if got is not None and got.flops > 0 else None
+    return _size(n, a)
+
+
+#: Ops whose FLOPs need no dtype and no scalar argument.
+_GEMMS = frozenset(["mm", "addmm", "_addmm_activation", "bmm", "baddbmm", "matmul", "linear"])
+
+
+def _size(n: str, a: Args) -> OpSize | None:
     try:
         if n in _FORMULAS:
             return _FORMULAS[n](a)

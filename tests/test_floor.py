@@ -454,3 +454,31 @@ def test_hostile_args_are_unsized_never_a_crash(tmp_path, args):
     data = floor_json(load(str(_tiny_trace(tmp_path, args))))
     assert data["unsized_ns"] == 10_000  # none of these is a readable mm
     json.dumps(data, allow_nan=False)
+
+
+def test_nsys_emit_nvtx_shapes_give_gemm_flops_without_a_floor():
+    """nsys + emit_nvtx(record_shapes=True): range names carry sizes, not dtypes. A GEMM gets its FLOPs from the
+    innermost sized range open at its launch; bytes and the floor stay unknown; the note says what to record."""
+    from gaplens.loaders.model import Device
+    from tests.handbuilt import Builder
+
+    b = Builder()
+    b.phase(1_000, 9_000, "aten::linear, seq = 4, op_id = 10, sizes = [[8, 1024], [4096, 1024], [4096]]")
+    b.phase(2_000, 8_000, "aten::addmm, seq = 4, op_id = 11, sizes = [[4096], [8, 1024], [1024, 4096], [], []], "
+            "input_op_ids = [(9, 0), (3, 0)]")  # fmt: skip
+    b.launch(3_000, 4_000, 10_000, 30_000, name="gemm_kernel")
+    b.phase(40_000, 50_000, "aten::_scaled_dot_product_flash_attention, seq = 5, op_id = 12, "
+            "sizes = [[1, 8, 128, 64], [1, 8, 128, 64], [1, 8, 128, 64], [], [], [], []]")  # fmt: skip
+    b.launch(41_000, 42_000, 60_000, 70_000, name="flash_fwd_kernel")
+    trace = b.trace()
+    trace.meta.source_format = "nsys"
+    trace.meta.devices = [Device(0, "NVIDIA H200", dict(H200))]
+    data = floor_json(trace)
+    by = {r["name"]: r for r in data["ops"]}
+    mm = by["aten::addmm"]
+    assert mm["flops"] == 2 * 8 * 4096 * 1024 and mm["count"] == 1 and mm["time_ns"] == 20_000
+    assert mm["bytes"] is None and mm["floor_ns"] is None and mm["unsized_ns"] == 20_000
+    att = by["aten::_scaled_dot_product_flash_attention"]
+    assert att["flops"] is None  # causality is not in the range name: not guessed
+    assert data["unsized_ns"] == 30_000
+    assert any("no dtypes" in n and "record_shapes=True" in n for n in data["notes"])

@@ -130,7 +130,7 @@ def render_text(trace: Trace, data: dict) -> str:
     ]
     for r in data["ops"][:MAX_OPS]:
         sized_ns = r["time_ns"] - r["unsized_ns"]
-        tflops = r["flops"] / sized_ns * 1e9 if r["flops"] and sized_ns else None
+        tflops = r["flops"] / (sized_ns or r["time_ns"]) * 1e9 if r["flops"] and r["time_ns"] else None
         gbs = r["bytes"] / sized_ns * 1e9 if r["bytes"] and sized_ns else None
         floor = fmt_ns(r["floor_ns"]) if r["floor_ns"] is not None else "unsized"
         lines.append(
