@@ -1,0 +1,143 @@
+"""`python -m bench viewer`: the viewer's first frame and readings-ready, cold and warm, through the real app.
+
+The app runs headless (Textual's ``App.run_test`` at 120x40) in a fresh interpreter per
+open, on the ``record_shapes`` + ``with_stack`` sample tiled to ~1M and ~5M events
+(``bench.synth``; ``--quick``: 100k; ``GAPLENS_BENCH_VIEWER_EVENTS=1000000`` picks sizes).
+Times run from the interpreter's start (imports included, as a user
+waits for them):
+
+- **first frame**: the timeline is mounted and drawn once (the model is built);
+- **readings**: blank regions, critical-path flags and phases are on screen;
+- the CPU seconds of the whole open (``getrusage`` of the child: steadier than wall time
+  when the box is shared).
+
+Three opens, in one run: **cold** (no gaplens cache: parse, build, compute and keep the
+readings), **warm, recomputed** (trace from the cache, readings kept off: what every warm
+open cost before ``analysis.persist``) and **warm** (trace and readings from the cache).
+Targets (issue 23): warm readings on screen in less time than a bare gunzip of the file;
+cold first frame <= 0.5x the bare parse floor (gunzip + orjson).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OPTIONS_ALL = ROOT / "tests" / "data" / "options_all.json.gz"
+SIZE = (120, 40)
+WARM_REPEATS = 2  # warm opens per cold one (they are short, and noisier)
+TIMEOUT_S = 600  # one open of a 1M-event trace on a loaded box takes well under a minute
+
+_CHILD = r"""
+import time
+t0 = time.perf_counter()
+import asyncio, json, sys
+from gaplens.tui.app import GaplensApp, make_app
+out = {}
+seen = GaplensApp.on_model_ready
+def on_model_ready(self, msg):
+    seen(self, msg)
+    key = "readings" if msg.final else "first"
+    out.setdefault(key + " handled", time.perf_counter() - t0)
+    # Stamped once the screen has been drawn with this model.
+    self.call_after_refresh(lambda: out.setdefault(key, time.perf_counter() - t0))
+GaplensApp.on_model_ready = on_model_ready
+app = make_app(sys.argv[1])
+async def main():
+    async with app.run_test(size=SIZE) as pilot:
+        while "readings" not in out:
+            if app.return_code is not None:
+                raise SystemExit(f"the viewer exited: {app.error}")
+            await asyncio.sleep(0.005)
+        out["events"] = len(app.model.trace)
+asyncio.run(main())
+out.setdefault("first", out["readings"])  # a model that came with its readings is drawn once
+print(json.dumps(out))
+""".replace("SIZE", repr(SIZE))
+
+
+def _open(path: str, cache: str, keep: bool) -> dict:
+    env = dict(os.environ, GAPLENS_CACHE_DIR=cache, GAPLENS_READINGS_CACHE="1" if keep else "0")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT_S
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode:
+        raise RuntimeError(f"viewer child failed: {out.stderr[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # The whole open's CPU seconds (imports, load, readings, drawing): steadier than wall time on a shared box.
+    result["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return result
+
+
+def _floor(path: str) -> tuple[float, float]:
+    """Seconds of a bare gunzip of the file, and of gunzip + orjson.loads (the parse floor)."""
+    import orjson
+
+    t0 = time.perf_counter()
+    raw = zlib.decompress(Path(path).read_bytes(), 47)
+    gunzip = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    orjson.loads(raw)
+    return gunzip, gunzip + time.perf_counter() - t0
+
+
+def run(args) -> None:
+    from bench.synth import synthetic
+
+    if not OPTIONS_ALL.exists():
+        print("viewer: tests/data/options_all.json.gz missing; skipped")
+        return
+    quick = bool(getattr(args, "quick", False))
+    sizes = [int(x) for x in os.environ.get("GAPLENS_BENCH_VIEWER_EVENTS", "").split(",") if x.strip()]
+    sizes = sizes or ([100_000] if quick else [1_000_000, 5_000_000])
+    print("targets: warm readings on screen < a bare gunzip; cold first frame <= 0.5x the parse floor")
+    print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
+    for size in sizes:
+        path, _ = synthetic(str(OPTIONS_ALL), size)
+        bench_one(path, 1 if quick or size > 2_000_000 else 2)
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def bench_one(path: str, repeats: int) -> None:
+    rows: dict[str, list[dict]] = {"cold": [], "warm, recomputed": [], "warm": []}
+    for _ in range(repeats):
+        cache = tempfile.mkdtemp(prefix="gaplens-bench-viewer-")
+        try:
+            rows["cold"].append(_open(path, cache, keep=True))
+            for _ in range(WARM_REPEATS):  # interleaved: the box's load moves under both alike
+                rows["warm, recomputed"].append(_open(path, cache, keep=False))
+                rows["warm"].append(_open(path, cache, keep=True))
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    gunzip, floor = min(_floor(path) for _ in range(repeats))
+    events = rows["cold"][0]["events"]
+    print(f"{Path(path).name}: {events:,} events; bare gunzip {gunzip:.2f} s; gunzip + orjson {floor:.2f} s")
+    for name, runs in rows.items():
+        first = min(r["first"] for r in runs)
+        ready = min(r["readings"] for r in runs)
+        handled = min(r.get("first handled", r["first"]) for r in runs)
+        cpu = min(r["cpu"] for r in runs)
+        print(
+            f"  {name:<17} first frame {first:6.2f} s   readings {ready:6.2f} s   "
+            f"(model handed to the UI at {handled:.2f} s; whole open {cpu:.2f} CPU s)"
+        )
+    warm = min(r["readings"] for r in rows["warm"])
+    cold_first = min(r["first"] for r in rows["cold"])
+    warm_ok = "meets" if warm < gunzip else "misses"
+    cold_ok = "meets" if cold_first <= 0.5 * floor else "misses"
+    print(
+        f"  warm readings vs bare gunzip: {warm / gunzip:.2f}x ({warm_ok}); "
+        f"cold first frame vs parse floor: {cold_first / floor:.2f}x ({cold_ok})"
+    )
