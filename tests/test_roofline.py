@@ -105,3 +105,19 @@ def test_roofline_snapshot(snap_compare):
         await pilot.pause()
 
     assert snap_compare(make_app(load(str(TRACE)), mono=False), terminal_size=(120, 36), run_before=ready)
+
+
+def test_roofline_plot_keeps_every_ranked_point_readable():
+    """floor_calib: many GEMMs near 790 TFLOP/s share cells; every plotted family's rank still appears once."""
+    import re
+
+    from gaplens.analysis.floor import floors, op_rows
+    from gaplens.tui.screens.roofline import MAX_POINTS, plot
+
+    trace = load(str(DATA / "round3" / "floor_calib.json.gz"))
+    rows = op_rows(trace)
+    text = plot(rows, floors(trace).matches[0].spec).plain
+    ranks = [k for k, r in enumerate(rows, 1) if r["flops"] and r["bytes"] and r["sized_ns"] > 0][:MAX_POINTS]
+    marks = re.findall(r"[·•●](\d+)", text)
+    assert sorted(int(m) for m in marks) == ranks
+    assert "fp8 1,979T" in text and "bf16/fp16 990T" in text and "tf32 494T" in text and "fp64/fp32 67T" in text
