@@ -438,6 +438,22 @@ def _wait_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return calls[order], trace.lane[calls[order]].astype(np.int64)
 
 
+def _record_call(trace: Trace, row: int) -> int:
+    """The event-record call a recorded stream wait names (its correlation id), in the wait's process; -1 if absent."""
+    from gaplens.loaders.syncs import parse_wait
+
+    corr = parse_wait(trace.details[int(trace.detail_id[row])]).record_corr
+    if corr < 0:
+        return -1
+    pid = trace.lanes[int(trace.lane[row])].pid
+    call = int(trace.launch[row])
+    if call >= 0:
+        pid = trace.lanes[int(trace.lane[call])].pid
+    found = np.flatnonzero((trace.corr == corr) & (trace.kind == int(Kind.CUDA_API)))
+    mine = [int(h) for h in found.tolist() if trace.lanes[int(trace.lane[h])].pid == pid]
+    return min(mine, key=lambda h: int(trace.start_ns[h])) if mine else -1
+
+
 def _wait_call_before(trace: Trace, ops: np.ndarray) -> np.ndarray:
     """Per op: the latest stream-wait call its launching thread made between the launch of the previous op on
     the op's stream and the op's own launch (the host asked the stream to wait there; -1 if none).
@@ -578,6 +594,9 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
         wait = _recorded_waits(trace).get(nxt)
         if wait is not None:
             out += [wait[0], wait[1]]
+            record = _record_call(trace, wait[0])
+            if record >= 0:
+                out.append(record)
         else:
             other = _other_stream_op(trace, nxt, g)
             if other >= 0:

@@ -72,6 +72,7 @@ def test_a_recorded_stream_wait_is_the_evidence_of_a_dependency():
     assert g.cause == "dependency" and not g.on_critical_path
     names = [tr.name(i) for i in g.evidence]
     assert "Stream Wait Event" in names and "k1b" in names and "k2" in names
+    assert "cudaEventRecord" in names  # the event's record, named by the wait row's correlation
     assert "cudaStreamWaitEvent" in g.message
 
 
