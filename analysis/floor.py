@@ -242,8 +242,11 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
             g["longest"] = int(f.gpu[j])  # the instance the roofline screen shows on the timeline
         g["time_ns"] += f.time_ns[j]
         kernel_time[key][kname] = kernel_time[key].get(kname, 0.0) + f.time_ns[j]
-        if not np.isnan(f.flops[j]):  # FLOPs are known without a floor when the dtype is not (nsys NVTX shapes)
+        # FLOPs and bytes known without a floor: no GPU row (unknown GPU), or no dtype (nsys NVTX shapes).
+        if not np.isnan(f.flops[j]):
             g["known_flops"] = g.get("known_flops", 0.0) + f.flops[j]
+        if not np.isnan(f.bytes[j]):
+            g["known_bytes"] = g.get("known_bytes", 0.0) + f.bytes[j]
         if np.isnan(f.floor_ns[j]):
             g["unsized_ns"] += f.time_ns[j]
             continue
@@ -262,10 +265,11 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
         g["efficiency"] = _ratio(g["floor_ns"], g["sized_ns"]) if sized else None
         for k in ("time_ns", "floor_ns", "unsized_ns", "sized_ns", "compute_ns", "memory_ns"):
             g[k] = round(g[k])
-        known = g.pop("known_flops", None)
+        known, known_bytes = g.pop("known_flops", None), g.pop("known_bytes", None)
         if not sized:
-            g["bytes"] = g["floor_ns"] = None
+            g["floor_ns"] = None
             g["flops"] = float(known) if known else None
+            g["bytes"] = float(known_bytes) if known_bytes else None
         else:
             g["flops"], g["bytes"] = float(g["flops"]), float(g["bytes"])
         g["shape"] = max(g["shapes"], key=g["shapes"].__getitem__) if g["shapes"] else ""
@@ -316,7 +320,7 @@ def span_row(trace: Trace, sel: np.ndarray, gpu_spec: str | None = None) -> dict
         "count": int(sel.size),
         "time_ns": round(float(f.time_ns[sel].sum())),
         "flops": float(np.nansum(f.flops[sel])),  # sized ops' and those with FLOPs but no floor (no dtype)
-        "bytes": float(f.bytes[sized].sum()),
+        "bytes": float(np.nansum(f.bytes[sel])),
         "floor_ns": round(floor_ns),
         "bound": _bound(comp, mem) if sized.size else None,
         "efficiency": _ratio(floor_ns, sized_ns) if sized.size else None,

@@ -270,6 +270,7 @@ def test_unknown_gpu_shows_flops_without_a_floor():
     data = floor_json(trace)
     (mm,) = [r for r in data["ops"] if r["name"] == "aten::mm"]
     assert mm["floor_ns"] is None and mm["efficiency"] is None
+    assert mm["flops"] == 48 * 2 * 64 * 2048 * 2048 and mm["bytes"] == 48 * 2 * (2 * 64 * 2048 + 2048 * 2048)
     assert any("Mystery" in n and "without a floor" in n for n in data["notes"])
 
 
