@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import NoReturn
 
@@ -89,6 +90,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 #: New heavy tests say ``@pytest.mark.slow`` themselves; ``.ci/run`` runs them all (``-m slow``).
 SLOW = {
     "test_analysis_public.py": {"test_device_idle_matches_an_independent_union"},
+    "test_bounded_input.py": {"test_a_gzip_blank_bomb_is_read_in_pieces"},
+    "test_causes_real.py": {
+        "test_dependency_is_exactly_the_queued_regions",
+        "test_device_to_device_copies_are_not_blamed_as_host_copies",
+    },
     "test_corpus.py": {"test_every_corpus_file_through_the_cli", "test_python_m_gaplens_matches_the_forked_runs"},
     "test_fuzz.py": {"test_brief_fuzz_run_finds_no_crash_hang_or_blowup"},
     "test_hostile_pilot.py": {"test_hostile_trace_walks_the_whole_viewer"},
@@ -131,9 +137,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the ``SLOW`` tests; deselect every slow test unless ``--slow``, ``-m EXPR`` or a test id (``::``) asks."""
+    seen: dict[str, set[str]] = {}
     for item in items:
-        if getattr(item, "originalname", item.name) in SLOW.get(item.path.name, ()):
+        name = getattr(item, "originalname", item.name)
+        seen.setdefault(item.path.name, set()).add(name)
+        if name in SLOW.get(item.path.name, ()):
             item.add_marker(pytest.mark.slow)
+    if not config.option.keyword and not any("::" in str(a) for a in config.args):
+        for file, names in SLOW.items():  # a whole file was collected: a name it lacks is stale
+            stale = sorted(names - seen.get(file, names))
+            if stale:
+                warnings.warn(pytest.PytestWarning(f"conftest.SLOW names no test in {file}: {stale}"), stacklevel=1)
     if config.getoption("--slow") or config.option.markexpr or any("::" in str(a) for a in config.args):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
