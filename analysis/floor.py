@@ -485,8 +485,27 @@ def floor_json(trace: Trace, gpu_spec: str | None = None) -> dict:
         "total": total,
         "copies": copy_rows(trace, gpu_spec),
         "unsized_ns": total["unsized_ns"],
+        "lever": _lever_json(trace, gpu_spec),
         "notes": notes,
     }
+
+
+def _lever_json(trace: Trace, gpu_spec: str | None) -> dict | None:
+    """``floor_lever`` over the steady steps when the trace has a step, else over the whole trace."""
+    window: tuple[int | None, int | None, int | None] = (None, None, None)
+    where = "the whole trace"
+    try:
+        from gaplens.analysis.steps import steps
+
+        st = steps(trace)
+        if st and st.steady:
+            a, b = st.steady[0], st.steady[-1]
+            window = (st.spans[a][0], st.spans[b][1], st.pid)
+            where = f"{st.names[a]} to {st.names[b]}"  # the first to the last steady step
+    except ImportError:
+        pass
+    got = floor_lever(trace, *window, gpu_spec=gpu_spec)
+    return None if got is None else {**got.__dict__, "window": where}
 
 
 def name_floor_pct(trace: Trace, name_ids: np.ndarray, gpu_spec: str | None = None) -> np.ndarray:

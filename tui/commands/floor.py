@@ -106,6 +106,9 @@ def render_text(trace: Trace, data: dict) -> str:
             f"(median; {_pct(st['efficiency'])} of the roof, {st['bound'] or '—'}-bound)"
             + (f"; above the floor: {ex}" if ex else "")
         )
+    lever = data.get("lever")
+    if lever:
+        lines.append(f"lever ({lever['window']}): {clean_text(lever['text'])}")
     if data["phases"]:
         lines += [
             "",
