@@ -28,10 +28,11 @@ def load(
     """
     path = os.fspath(path)
     head = _head(path)
+    damaged = ""
     if use_cache:
         from gaplens.loaders import cache
 
-        hit = cache.lookup(path)
+        hit, damaged = cache.lookup_checked(path)
         if hit is not None:
             hit.meta.path = path  # as the caller spelled it, like a fresh load
             return hit
@@ -40,6 +41,8 @@ def load(
         if progress is not None:
             progress("caching", 1.0)
         cache.store(path, trace)
+        if damaged:  # said once, after the store: the rebuilt entry does not repeat it
+            trace.meta.warnings.append(damaged)
     return trace
 
 

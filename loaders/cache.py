@@ -3,9 +3,11 @@
 Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
 ``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
 and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (``files.atomic_write``) and a
-token shared by the two files catches a pair torn by concurrent writers. Anything
-odd on reading (stale, corrupt, another version) is a miss, never an error. The
-trace file itself is never touched.
+token shared by the two files catches a pair torn by concurrent writers. Every entry carries
+checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
+caller rebuilds, with a warning, never different readings. Entries are never read or written
+through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
+error. The trace file itself is never touched.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from gaplens.loaders.columns import numpy_dtype, view
-from gaplens.loaders.files import atomic_write, cache_dir
+from gaplens.loaders.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
-VERSION = 1  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+VERSION = 2  # bump when the entry layout changes; loader code changes are caught by _code_stamp
 COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
 
 
@@ -56,34 +58,62 @@ def _entry(path: str) -> tuple[Path, dict]:
 
 def lookup(path: str) -> Trace | None:
     """The cached Trace of ``path``, or None when absent, stale or unreadable."""
+    return lookup_checked(path)[0]
+
+
+def lookup_checked(path: str) -> tuple[Trace | None, str]:
+    """(the cached Trace of ``path`` or None, a warning line when an entry was there but damaged).
+
+    The ``.json`` starts with a line of checksums, of the rest of itself and of the ``.arrow``; both
+    are verified before anything is read from them, so a flipped byte is a miss (and the caller
+    rebuilds the entry), never different readings. Nothing is read through a symlink.
+    """
     try:
         base, stamp = _entry(path)
-        info = orjson.loads(base.with_suffix(".json").read_bytes())
+        if own_dir(base.parent, create=False) is None:
+            return None, ""
+        raw = read_own(base.with_suffix(".json"))
+    except Exception:  # absent, unreadable, a symlink: a plain miss
+        return None, ""
+    damaged = f"the cached copy of {path} was damaged (checksum mismatch): read from the trace again"
+    try:
+        head, _, body = raw.partition(b"\n")
+        sums = orjson.loads(head)
+        if not isinstance(sums, dict) or sums.get("version") != VERSION:
+            return None, ""  # an entry of another layout
+        if checksum(body) != sums.get("info_crc"):
+            return None, damaged
+        info = orjson.loads(body)
         if info.get("stamp") != stamp:
-            return None
+            return None, ""  # stale: the trace or the loaders changed
         # Mapped, not read: the columns are copied once, from the page cache into their arrays.
-        with pa.memory_map(str(base.with_suffix(".arrow")), "r") as fh:
-            table = ipc.open_file(fh).read_all()
-            if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
-                return None
-            trace = _trace(table, info)
-            _remember(trace, base, info["token"])
-            return trace
-    except Exception:  # a damaged cache is a miss, whatever the damage
-        return None
+        mapped = map_own(base.with_suffix(".arrow"))
+        if len(mapped) != sums.get("arrow_size") or checksum(mapped) != sums.get("arrow_crc"):
+            return None, damaged
+        table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+        if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
+            return None, ""
+        trace = _trace(table, info)
+        _remember(trace, base, info["token"])
+        return trace, ""
+    except Exception:  # whatever the damage, a miss
+        return None, damaged
 
 
 def store(path: str, trace: Trace) -> bool:
     """Save ``trace`` as the entry of ``path``; False (and nothing written) when that fails."""
     try:
         base, stamp = _entry(path)
-        base.parent.mkdir(parents=True, exist_ok=True)
+        if own_dir(base.parent, create=True) is None:
+            return False
         token = secrets.token_hex(8)
         info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
         arrays = [_arrow(getattr(trace, c)) for c in COLUMNS]
         table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
-        atomic_write(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table))
-        atomic_write(base.with_suffix(".json"), info)
+        sums: dict = {"version": VERSION}
+        atomic_write(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table, sums))
+        sums["info_crc"] = checksum(info)
+        atomic_write(base.with_suffix(".json"), orjson.dumps(sums) + b"\n" + info)
         _remember(trace, base, token)
         return True
     except Exception:  # caching is best effort: the load already succeeded
@@ -119,9 +149,34 @@ def _arrow(column: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.from_numpy_dtype(column.dtype), column.size, [None, pa.py_buffer(column)])
 
 
-def _write_ipc(fh, table: pa.Table) -> None:
-    with ipc.new_file(fh, table.schema) as writer:
+class _Summed:
+    """A binary file that keeps the size and CRC-32 of what is written through it (Arrow writes here)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.size, self.crc = fh, 0, 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.crc = checksum_more(data, self.crc)
+        self.size += len(memoryview(data).cast("B"))
+        return self.fh.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _write_ipc(fh, table: pa.Table, sums: dict) -> None:
+    """The table as an IPC file; ``sums`` gets the file's size and checksum as it is written."""
+    out = _Summed(fh)
+    with ipc.new_file(out, table.schema) as writer:
         writer.write_table(table)
+    sums["arrow_size"], sums["arrow_crc"] = out.size, out.crc
 
 
 def _describe(trace: Trace) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import mmap
 import os
 import secrets
 import stat
@@ -185,6 +186,64 @@ class Source:
             if not out_total:
                 raise TraceError(f"{self.path}: truncated gzip data, nothing could be decompressed")
             self.warnings.append(f"the gzip stream is truncated after {out_total} bytes: the rest is dropped")
+
+
+# ---- the caches' own files ------------------------------------------------------------
+
+
+def checksum(data) -> int:
+    """CRC-32 of ``data`` (any buffer): zlib-ng's runs at ~18 GB/s here, so 60 MB of a 1M-event entry
+    costs ~4 ms; it catches every flipped byte, which is what a cache must notice."""
+    return int(inflate.crc32(data)) & 0xFFFFFFFF
+
+
+def checksum_more(data, crc: int) -> int:
+    """``checksum`` of what came before (``crc``) followed by ``data``."""
+    return int(inflate.crc32(data, crc)) & 0xFFFFFFFF
+
+
+def read_own(path: Path) -> bytes:
+    """The bytes of a regular file the caches wrote, never through a symlink (ELOOP: an OSError)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
+
+
+def map_own(path: Path) -> mmap.mmap:
+    """A read-only map of a regular file the caches wrote, never through a symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+            raise OSError(f"{path}: not a regular, non-empty file")
+        return mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+
+
+def own_dir(folder: Path, create: bool) -> Path | None:
+    """``folder`` (inside the cache folder) when it is a real folder, never a symlink to elsewhere.
+
+    Reading (``create`` False): None when it is absent or not a real folder. Writing: a symlink or
+    file in its place is removed and a real folder made, so entries are never written through it.
+    """
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        return folder
+    if not create:
+        return None
+    if mode is not None:
+        os.unlink(folder)  # a symlink (or a file) where the cache keeps its entries
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder if stat.S_ISDIR(os.lstat(folder).st_mode) else None
 
 
 # ---- writing ----------------------------------------------------------------------

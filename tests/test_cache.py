@@ -92,7 +92,13 @@ def test_broken_entry_is_a_miss_not_a_crash(trace_file, damage):
     else:
         os.unlink(arrow)
     assert cache.lookup(str(trace_file)) is None
-    _same(fresh, load(trace_file))
+    again = load(trace_file)
+    # One line says the entry was damaged and rebuilt; the readings are the fresh ones.
+    assert again.meta.warnings.pop() == (
+        f"the cached copy of {trace_file} was damaged (checksum mismatch): read from the trace again"
+    )
+    _same(fresh, again)
+    assert cache.lookup_checked(str(trace_file))[1] == ""  # rebuilt: the next open is a clean hit
 
 
 def test_unwritable_cache_dir_still_loads(trace_file, monkeypatch, tmp_path):
@@ -100,3 +106,43 @@ def test_unwritable_cache_dir_still_loads(trace_file, monkeypatch, tmp_path):
     blocker.write_text("x")
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(blocker))
     assert len(load(trace_file)) > 0
+
+
+def test_flipped_bytes_are_caught_never_read(trace_file):
+    """Any byte of an entry flipped: a miss (rebuilt, with a warning), never other readings."""
+    import random
+
+    fresh = load(trace_file)
+    base = _entry(trace_file)
+    rng = random.Random(22)
+    for suffix in [".arrow"] * 8 + [".json"] * 4:
+        part = Path(base + suffix)
+        data = bytearray(part.read_bytes())
+        at = rng.randrange(len(data))
+        data[at] ^= 1 << rng.randrange(8)
+        part.write_bytes(bytes(data))
+        assert cache.lookup(str(trace_file)) is None, (suffix, at)
+        again = load(trace_file)
+        assert "damaged (checksum mismatch)" in again.meta.warnings.pop()
+        _same(fresh, again)
+
+
+def test_a_symlinked_traces_folder_is_never_followed(trace_file, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    traces = cache.cache_dir() / "traces"
+    traces.parent.mkdir(parents=True)
+    traces.symlink_to(elsewhere, target_is_directory=True)
+    fresh = load(trace_file)  # the lookup refuses the link; the store replaces it with a real folder
+    assert not traces.is_symlink() and traces.is_dir()
+    assert list(elsewhere.iterdir()) == []
+    _same(fresh, load(trace_file))
+
+
+def test_a_symlinked_entry_is_never_read(trace_file, tmp_path):
+    load(trace_file)
+    base = _entry(trace_file)
+    planted = tmp_path / "planted.json"
+    os.replace(base + ".json", planted)
+    os.symlink(planted, base + ".json")
+    assert cache.lookup(str(trace_file)) is None
