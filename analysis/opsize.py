@@ -239,6 +239,8 @@ ATTENTION: dict[str, tuple[int, int, int, str, int, bool]] = {
     "_cudnn_attention_forward": (0, 1, 2, "bhsd", 10, False),
     "_flash_attention_forward": (0, 1, 2, "bshd", 8, False),
     "_efficient_attention_forward": (0, 1, 2, "bshd", -9, False),
+    # the flash-attn package: _flash_attn_forward(q, k, v, dropout_p, softmax_scale, causal, ...)
+    "flash_attn::_flash_attn_forward": (0, 1, 2, "bshd", 5, False),
     "_scaled_dot_product_flash_attention_backward": (1, 2, 3, "bhsd", 11, True),
     "_scaled_dot_product_efficient_attention_backward": (1, 2, 3, "bhsd", 11, True),
     "_scaled_dot_product_cudnn_attention_backward": (1, 2, 3, "bhsd", 14, True),

@@ -74,6 +74,13 @@ def test_attention_forward_backward_causal():
     bconc = [""] * 11 + ["False"]
     s = size_op("aten::_flash_attention_backward", bdims, [BF] * 5 + [F32] + [""] * 6, bconc)
     assert s.flops == 2.5 * 4 * b * h * sq * sk * d
+    s = size_op(
+        "flash_attn::_flash_attn_forward",
+        fdims[:3] + [[]] * 3,
+        [BF] * 3 + ["Scalar"] * 3,
+        ["", "", "", "0.", "", "True"],
+    )
+    assert s.flops == 4 * b * h * sq * sk * d / 2
     # a recorded but unreadable causal flag: not sized, never guessed
     conc[10] = "maybe"
     assert size_op("aten::_cudnn_attention_forward", dims, types, conc) is None
