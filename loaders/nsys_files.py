@@ -1,13 +1,19 @@
-"""Where an nsys export is read from: gunzipped or exported once into a cache folder, opened read-only."""
+"""Where an nsys export is read from: gunzipped or exported once into a cache folder, opened read-only.
+
+A cached copy is named after the content of its source and sealed with the CRC-32 of its own bytes;
+it is reused only while the seal holds (a file planted at its name, or a symlink, is rebuilt over).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import shlex
 import shutil
 import sqlite3
+import stat
 import subprocess
 import tempfile
 import time
@@ -15,7 +21,20 @@ import urllib.parse
 from pathlib import Path
 from typing import BinaryIO
 
-from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, atomic_write, cache_dir, os_errors, read_head
+from gaplens.loaders.files import (
+    GZIP_MAGIC,
+    Progress,
+    Source,
+    atomic_write,
+    cache_dir,
+    checksum,
+    checksum_more,
+    map_own,
+    open_regular,
+    os_errors,
+    read_head,
+    read_own,
+)
 from gaplens.loaders.model import TraceError
 
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
@@ -28,15 +47,43 @@ _PROGRESS_STEPS = 100_000
 
 
 def cache_path(source: str, suffix: str) -> Path:
-    """Cache file for ``source``: the name hashes the absolute path, the stem hashes size and mtime."""
-    try:
-        st = os.stat(source)
-    except OSError as exc:
-        raise TraceError(f"{source}: cannot read ({exc.strerror})") from None
+    """Cache file for ``source``: the name hashes the absolute path, the stem hashes the file's content.
+
+    Content, not size and mtime: a file planted at a name made from what ``stat`` says would be read
+    as this trace's export.
+    """
     where = hashlib.sha1(os.path.abspath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    when = hashlib.sha1(f"{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:8]
+    crc, size = _content(source)
     stem = Path(source).name.split(".")[0][:40] or "trace"
-    return cache_dir() / f"{stem}-{where}-{when}{suffix}"
+    return cache_dir() / f"{stem}-{where}-{crc:08x}{size:x}{suffix}"
+
+
+def _content(path: str | Path) -> tuple[int, int]:
+    """(CRC-32, size) of a file's bytes, read in blocks (the key and the seal of the unpacked copies)."""
+    crc, size = 0, 0
+    with open_regular(str(path)) as fh, os_errors(str(path)):
+        while block := fh.read(1 << 22):
+            crc, size = checksum_more(block, crc), size + len(block)
+    return crc, size
+
+
+def _seal_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sum")
+
+
+def _sealed(target: Path) -> bool:
+    """Whether ``target`` is the copy gaplens wrote: a regular file (no symlink) whose CRC-32 and size
+    match the seal written with it."""
+    try:
+        want = read_own(_seal_path(target)).split()
+        mapped = map_own(target)
+        return len(want) == 2 and int(want[1]) == len(mapped) and int(want[0]) == checksum(mapped)
+    except (OSError, ValueError):
+        return False
+
+
+def _seal(target: Path, crc: int, size: int) -> None:
+    atomic_write(_seal_path(target), f"{crc} {size}\n".encode())
 
 
 def _writable_dir(folder: Path) -> Path:
@@ -48,35 +95,43 @@ def _writable_dir(folder: Path) -> Path:
     except OSError:
         pass
     fallback = Path(tempfile.gettempdir()) / f"gaplens-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
-    fallback.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fallback.mkdir(mode=0o700)
+    st = os.lstat(fallback)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if not stat.S_ISDIR(st.st_mode) or not mine or st.st_mode & 0o022:
+        return Path(tempfile.mkdtemp(prefix="gaplens-"))  # someone else's folder in a shared /tmp: not reused
     return fallback
 
 
 def _prune_stale(target: Path) -> None:
-    """Drop older copies of the same source (same path hash, other size/mtime)."""
+    """Drop older copies of the same source (same path hash, other content), and their seals."""
     prefix = target.name.rsplit("-", 1)[0] + "-"
-    for old in target.parent.glob(prefix + "*"):
-        if old != target and not old.name.endswith(".tmp"):
+    for old in target.parent.glob(glob.escape(prefix) + "*"):
+        if old not in (target, _seal_path(target)) and not old.name.endswith(".tmp"):
             with contextlib.suppress(OSError):
                 old.unlink()
 
 
 def gunzip_to_cache(path: str, progress: Progress | None = None) -> str:
-    """Unpack a gzipped export once; later opens of the same unchanged file reuse it."""
+    """Unpack a gzipped export once; later opens of the same content reuse the copy, once its seal holds."""
     target = cache_path(path, ".sqlite")
     target = _writable_dir(target.parent) / target.name
-    if target.exists():
+    if _sealed(target):
         return str(target)
     source = Source(path, progress, stage="decompressing")
+    sums = [0, 0]
 
     def unpack(dst: BinaryIO) -> None:
         for chunk in source.chunks():
             dst.write(chunk)
+            sums[0], sums[1] = checksum_more(chunk, sums[0]), sums[1] + len(chunk)
         if source.warnings:  # a cut database is no database: refuse instead of guessing
             raise TraceError(f"{path}: {source.warnings[0]}; the export inside is incomplete")
 
     with os_errors(path, "unpack"):
         atomic_write(target, unpack)
+        _seal(target, sums[0], sums[1])
     _prune_stale(target)
     return str(target)
 
@@ -96,7 +151,7 @@ def export_rep(path: str, progress: Progress | None = None) -> str:
         raise TraceError(f"{path}: reading .nsys-rep needs nsys on PATH; export it first: {export_command(path)}")
     target = cache_path(path, ".sqlite")
     target = _writable_dir(target.parent) / target.name
-    if target.exists():
+    if _sealed(target):
         return str(target)
     tmp = target.with_name(target.name + f".{os.getpid()}.tmp.sqlite")
     if progress is not None:
@@ -108,6 +163,7 @@ def export_rep(path: str, progress: Progress | None = None) -> str:
             last = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
             raise TraceError(f"{path}: nsys export failed ({last[0][:200]}); try: {export_command(path)}")
         os.replace(tmp, target)
+        _seal(target, *_content(target))
     except (OSError, subprocess.SubprocessError) as exc:
         raise TraceError(f"{path}: could not run nsys export ({exc}); try: {export_command(path)}") from None
     finally:

@@ -146,3 +146,33 @@ def test_a_symlinked_entry_is_never_read(trace_file, tmp_path):
     os.replace(base + ".json", planted)
     os.symlink(planted, base + ".json")
     assert cache.lookup(str(trace_file)) is None
+
+
+def test_a_file_planted_at_the_unpack_name_is_never_read(tmp_path, monkeypatch):
+    """The .sqlite.gz unpack cache is keyed by content and sealed: another database there is replaced."""
+    import gzip
+
+    from gaplens.loaders import nsys_files
+
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
+    data = Path("tests/data")
+    gz = tmp_path / "serving.sqlite.gz"
+    shutil.copyfile(data / "nsys_serving.sqlite.gz", gz)
+    want = load(gz, use_cache=False)
+    name = nsys_files.cache_path(str(gz), ".sqlite")
+    for plant in ("file", "symlink"):
+        for old in name.parent.glob("*"):
+            old.unlink()
+        other = tmp_path / "other.sqlite"
+        other.write_bytes(gzip.decompress((data / "nsys_ddp_straggler.sqlite.gz").read_bytes()))
+        if plant == "file":
+            os.replace(other, name)
+        else:
+            name.symlink_to(other)
+        got = load(gz, use_cache=False)
+        assert len(got) == len(want) and got.meta.devices == want.meta.devices, plant
+        assert not name.is_symlink()
+    # Sealed: the next open reuses the copy as it is.
+    before = os.stat(name).st_mtime_ns
+    load(gz, use_cache=False)
+    assert os.stat(name).st_mtime_ns == before
