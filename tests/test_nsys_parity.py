@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 
 from gaplens.analysis.summary import summary
+from gaplens.loaders.model import Kind
 from tests.conftest import loaded, meta
 
 PAIRS = ["smells", "decode_eager", "decode_graphs"]
@@ -46,6 +48,22 @@ def _profiled(name: str, meta_name: str) -> dict[int, dict[str, list[dict]]]:
             if it["host_start_ns"] <= p["host_start_ns"] and p["host_end_ns"] <= it["host_end_ns"]:
                 inside.setdefault(p["name"], []).append(p)
     return out
+
+
+def _record_slack_ns(name: str, phase: dict) -> int:
+    """Host time in ``phase`` before its first and after its last ``cudaEventRecord`` call.
+
+    That is where a CUDA event recorded at the range's start (the phase's definition) and the
+    recording's own event (recorded by that call) can disagree, when the GPU sits idle there.
+    """
+    t = loaded(name)
+    api = np.flatnonzero(t.kind == int(Kind.CUDA_API))
+    named = np.asarray([t.names[int(i)].startswith("cudaEventRecord") for i in t.name_id[api]], dtype=bool)
+    rec = api[named] if api.size else api
+    inside = rec[(t.start_ns[rec] >= phase["host_start_ns"]) & (t.end_ns[rec] <= phase["host_end_ns"])]
+    if inside.size == 0:
+        return 0
+    return int(t.start_ns[inside].min() - phase["host_start_ns"]) + int(phase["host_end_ns"] - t.end_ns[inside].max())
 
 
 def _names(by_iter: dict[int, dict[str, list[dict]]]) -> set[str]:
@@ -81,7 +99,12 @@ def test_phase_durations_match_their_own_ground_truth(workload, source):
             got = phases[it["iteration"]].get(span["name"])
             assert got and len(got) == 1, (it["iteration"], span["name"])
             truth_ns = span["gpu_ms"] * 1e6
-            assert abs(got[0]["dur_ns"] - truth_ns) <= max(0.05 * truth_ns, 20_000), (span["name"], got[0]["dur_ns"])
+            slack = _record_slack_ns(trace_name, got[0])
+            assert abs(got[0]["dur_ns"] - truth_ns) <= max(0.05 * truth_ns, 20_000) + slack, (
+                span["name"],
+                got[0]["dur_ns"],
+                slack,
+            )
             checked += 1
     assert checked >= 6
 
@@ -91,5 +114,9 @@ def test_smells_busy_share_per_phase_agrees_across_profilers():
     kineto = _profiled("smells.json.gz", "smells.meta.json")
     for number in (1, 2):
         for name in ("transfer", "tokenize", "elementwise_loop", "log_loss", "dense_matmul"):
-            rows = kineto[number][name]
-            assert abs(nsys[number][name][0]["busy_pct"] - rows[0]["busy_pct"]) <= 5.0, (number, name)
+            a, b = nsys[number][name][0], kineto[number][name][0]
+            lead_in = sum(
+                100.0 * _record_slack_ns(file, p) / p["dur_ns"]
+                for file, p in (("nsys_smells.sqlite.gz", a), ("smells.json.gz", b))
+            )
+            assert abs(a["busy_pct"] - b["busy_pct"]) <= 5.0 + lead_in, (number, name, lead_in)
