@@ -28,3 +28,43 @@ def test_brief_fuzz_run_finds_no_crash_hang_or_blowup(tmp_path) -> None:
     # The mutations reach the loaders' repairs and refusals, not only the happy path.
     kinds = {kind for (_, kind) in tally.outcomes}
     assert "0+warning" in kinds or "2" in kinds, lines
+
+
+def test_hostile_shapes_end_within_the_contract(tmp_path, monkeypatch) -> None:
+    """One input of each hostile shape (small sizes) and an nsys table replaced by a recursive view,
+    through the real command line: exit 0 or 2, one line, well inside the hang limit."""
+    import sqlite3
+
+    from bench import fuzz as fz
+    from bench.clirun import CliServer
+
+    monkeypatch.setattr(fz, "DEPTHS", (1_100,))
+    monkeypatch.setattr(fz, "DIGITS", (401,))
+    monkeypatch.setattr(fz, "BOMB_MB", (2,))
+    seed = kineto_doc()
+    kinds: dict[str, tuple[bytes, str]] = {}
+    for i in range(200):
+        rng = random.Random(i)
+        op = rng.random()
+        kind = "deep" if op < 0.3 else "digits" if op < 0.5 else "bomb" if op < 0.75 else "ranges"
+        if kind not in kinds:
+            kinds[kind] = fz._shape(random.Random(i), seed)
+    assert set(kinds) == {"deep", "digits", "bomb", "ranges"}
+    paths = []
+    for kind, (data, suffix) in kinds.items():
+        path = tmp_path / f"{kind}{suffix}"
+        path.write_bytes(data)
+        paths.append(path)
+    view = write_nsys(tmp_path / "view.sqlite")
+    con = sqlite3.connect(view)
+    fz._view_for(con, "CUPTI_ACTIVITY_KIND_RUNTIME", fz._tables(con)["CUPTI_ACTIVITY_KIND_RUNTIME"], True)
+    con.commit()
+    con.close()
+    paths.append(view)
+    env = {"GAPLENS_CACHE_DIR": str(tmp_path / "cache"), "GAPLENS_STATE_DIR": str(tmp_path / "state")}
+    with CliServer(env) as server:
+        for path in paths:
+            result = server.run(["summary", str(path)], timeout_s=60, rss_limit_mb=1024)
+            assert not result.timed_out and not result.over_memory, path.name
+            assert fz.contract_problems(result) == [], (path.name, result.err[-300:])
+    assert result.rc == 2 and b"is a view, not a table" in result.err
