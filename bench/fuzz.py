@@ -171,12 +171,11 @@ def _shape(rng: random.Random, doc: dict) -> tuple[bytes, str]:
         return b"".join(parts), ".json.gz"
     ranges = []
     n = rng.choice((50, 500, 3_000))
-    for ev in events:
-        if ev.get("ph") == "X" and isinstance(ev.get("ts"), int | float):
-            base = ev
+    base: dict = {"ph": "X", "pid": 1, "tid": 1, "ts": 1000}
+    for event in events:
+        if event.get("ph") == "X" and isinstance(event.get("ts"), int | float):
+            base = event
             break
-    else:
-        base = {"ph": "X", "pid": 1, "tid": 1, "ts": 1000}
     for i in range(n):
         ranges.append(
             {**base, "cat": "user_annotation", "name": f"r{i}", "ts": i, "dur": rng.choice((27, 40, 10**6)) * _DAY_US}

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,7 +48,8 @@ def _long_runs(chunk: bytes) -> list[tuple[int, int]]:
     for k in range(0, n, _HALF):
         if k < done or chunk[k] not in _BLANKS:
             continue
-        end = _BLANK_RUN.match(chunk, k).end()
+        run = _BLANK_RUN.match(chunk, k)
+        end = run.end() if run is not None else k
         done = end
         if end - max(k - _HALF + 1, 0) < SQUEEZE:
             continue  # too short even if it began right after the previous sample
@@ -66,7 +67,7 @@ class Squeeze:
         self.at: list[int] = []  # squeezed document position just after each kept blank
         self.removed: list[int] = []  # bytes removed there, cumulative
 
-    def chunk(self, before: list[bytes | bytearray], chunk: bytes, doc_at: int) -> bytes:
+    def chunk(self, before: Sequence[bytes | bytearray], chunk: bytes, doc_at: int) -> bytes:
         """``chunk`` with its long blank runs cut, when outside strings; ``before`` is the buffered text
         (which starts outside any string) and ``doc_at`` the squeezed position where ``chunk`` starts."""
         runs = _long_runs(chunk)
