@@ -125,7 +125,10 @@ def render_text(r: dict) -> str:
         if per:
             lines.append(_row(f"blank per {g['where']}", fmt_ns(per[0]), fmt_ns(per[1]), ""))
 
-    lines += ["", "phases (matched by family: decode_step 7 is decode_step)"]
+    lines += [
+        "",
+        "phases (matched by family: decode_step 7 is decode_step; warm-up steps and what ran in them set apart)",
+    ]
     lines.append(f"  {'phase':<30} {'busy before':>12} {'busy after':>12} {'span before':>12} {'span after':>12}")
     for p in r["phases"]:
         pb, pa = p["busy_pct"], p["dur_ns"]
@@ -136,7 +139,8 @@ def render_text(r: dict) -> str:
             f"{_ns(pa['before']):>12} {_ns(pa['after']):>12}"
         )
     causes = sorted(set(b["blank_by_cause"]) | set(a["blank_by_cause"]))
-    if causes and b["blank_scope"] == a["blank_scope"]:
+    same_steps = b["blank_scope"] != "per step" or (b["steps"] or {}).get("label") == (a["steps"] or {}).get("label")
+    if causes and b["blank_scope"] == a["blank_scope"] and same_steps:
         scope = f"per {label}" if b["blank_scope"] == "per step" else "in the window"
         lines += ["", f"blank time on the critical path by cause, {scope}"]
         for c in causes:
