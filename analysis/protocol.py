@@ -17,7 +17,7 @@ from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.notes import Notes
 from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
-from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR
+from gaplens.analysis.steps import WARMUP_FACTOR, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
     CAUSE_WORDS,
@@ -45,6 +45,16 @@ VIEW_MIN_PAD_NS = 1_000
 #: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
 PROFILER_NOTE_SHARE = 0.25
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
+
+
+def idle_words(idle_ns_: int, devices: int) -> str:
+    """Idle time in words; summed over several GPUs it can exceed the window, so it says so."""
+    return fmt_ns(idle_ns_) + (f" summed over {devices} GPUs" if devices > 1 else "")
+
+
+def pct_words(pct: float) -> str:
+    """A share with one decimal; a non-zero share below 0.05% reads "<0.1%", not "0.0%"."""
+    return "<0.1%" if 0 < pct < 0.05 else f"{pct:.1f}%"
 
 
 @dataclass
@@ -194,9 +204,13 @@ class Walkthrough:
             )
         idle = idle_ns(self.trace)
         if idle:
-            facts.append(f"idle {fmt_ns(idle)}: nothing was asked (start-up, before or between requests)")
+            facts.append(
+                f"idle {idle_words(idle, len(sh.devices))}: nothing was asked (start-up, before or between requests)"
+            )
         if sh.profiler_ns:
-            facts.append(f"the profiler itself took {sh.profiler_pct:.1f}% of the window ({fmt_ns(sh.profiler_ns)})")
+            facts.append(
+                f"the profiler itself took {pct_words(sh.profiler_pct)} of the window ({fmt_ns(sh.profiler_ns)})"
+            )
         blank = gap_columns(self.trace)
         on = blank.on_path
         if on.any():
@@ -250,20 +264,25 @@ class Walkthrough:
         return self._make(4, facts, View(window_ns=gap_view(g), highlight_ns=(g.start_ns, g.end_ns)))
 
     def _warmup_note(self, g: Gap) -> list[str]:
-        """Say so when the gap lies in a step far slower than its siblings: warm-up, not steady state."""
+        """Say so when the gap lies in a warm-up step: the step owner's (``analysis.steps``), so the
+        median and the warm-up named here are the ones ``summary`` prints (nsys_train_step said
+        "80x the median train_step (8.75 ms)" beside a 7.44 ms step: a median over every step)."""
+        st = steps(self.trace)
         inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
-        if inner is None:
+        if not st or inner is None or inner.pid != st.pid:
             return []
-        for p in chain(self.phases, inner):
-            same = [q.dur_ns for q in self.phases if q.pid == p.pid and family(q.name) == family(p.name)]
-            if len(same) < MIN_MEMBERS or family(p.name) == p.name:
-                continue
-            median = sorted(same)[len(same) // 2]
-            if p.dur_ns >= WARMUP_FACTOR * median:
+        for k in st.warmup_idx:
+            a, z = st.host_spans[k]
+            if a <= inner.host_start_ns and inner.host_end_ns <= z:
+                dur = st.spans[k][1] - st.spans[k][0]
+                times = (
+                    f", {dur / st.median_ns:.0f}× the median {st.label} ({fmt_ns(st.median_ns)})"
+                    if st.median_ns
+                    else ""
+                )
                 return [
-                    f"{p.name} took {fmt_ns(p.dur_ns)}, {p.dur_ns / max(median, 1):.0f}× the median "
-                    f"{family(p.name)} ({fmt_ns(median)}): a warm-up step (lazy loading, autotuning); "
-                    "press g/G for the steady steps"
+                    f"{st.names[k]} took {fmt_ns(dur)}{times}: a warm-up step (the first, or at least "
+                    f"{WARMUP_FACTOR:g}× the median: lazy loading, autotuning); press g/G for the steady steps"
                 ]
         return []
 
