@@ -10,8 +10,12 @@ from gaplens.loaders.model import Trace
 MAX_FAMILIES = 40
 
 
-def busy_line(gpu: dict) -> str:
-    """The one busy reading in words: busy, compute, communication, idle and the profiler's share."""
+def busy_line(gpu: dict, devices: int = 1) -> str:
+    """The one busy reading in words: busy, compute, communication, idle and the profiler's share.
+
+    Idle is summed over the devices: on two GPUs it can exceed the window, so the line says so
+    (the nsys DDP report read "GPU window 6.08 s ... idle 10.1 s").
+    """
     text = f"GPU busy {gpu['busy_pct']:.1f}%"
     if gpu["comm_ns"]:
         text += (
@@ -19,7 +23,11 @@ def busy_line(gpu: dict) -> str:
             f"{fmt_ns(gpu['exposed_comm_ns'])} of it exposed)"
         )
     if gpu["idle_ns"]:
-        text += f"; idle {fmt_ns(gpu['idle_ns'])} (nothing asked), compute {gpu['active_compute_pct']:.1f}% of the rest"
+        summed = f" summed over {devices} GPUs" if devices > 1 else ""
+        text += (
+            f"; idle {fmt_ns(gpu['idle_ns'])}{summed} (nothing asked), "
+            f"compute {gpu['active_compute_pct']:.1f}% of the rest"
+        )
     if gpu["profiler_pct"] >= 0.05:
         text += f"; the profiler itself took {gpu['profiler_pct']:.1f}%"
     return text
@@ -29,7 +37,7 @@ def render_text(trace: Trace, top: int = 10) -> str:
     s = summary(trace, top)
     lines = [f"{s['source']['path']}  ({s['source']['version']})", ""]
     w0, w1 = s["window_ns"]
-    lines.append(f"GPU window   {fmt_ns(w1 - w0)}   {busy_line(s['gpu'])}")
+    lines.append(f"GPU window   {fmt_ns(w1 - w0)}   {busy_line(s['gpu'], len(s['devices']))}")
     for d in s["devices"]:
         comm = f", comm {fmt_ns(d['comm_ns'])} ({fmt_ns(d['exposed_comm_ns'])} exposed)" if d["comm_ns"] else ""
         lines.append(
