@@ -182,7 +182,7 @@ def mostly_blank(trace: Trace, gaps: list[Gap]) -> list[Finding]:
             max(g.end_ns for g in on),
             on[0].device,
             ev,
-            f"{len(on):,} blank regions on the critical path idle the device {fmt_ns(blank)} "
+            f"{len(on):,} blank regions on the critical path: the device computed nothing for {fmt_ns(blank)} "
             f"({100 * blank / max(w1 - w0, 1):.0f}% of the window), {100 * by_cause[cause] / blank:.0f}% of it "
             f"because {CAUSE_WORDS[cause]}; none alone crosses the {SMELL_NAMES[kind]} threshold",
             {"gaps": len(on), "blank_ns": blank, "cause": cause},
@@ -332,7 +332,7 @@ def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
                 g.end_ns,
                 g.device,
                 ev,
-                f"device idle {fmt_ns(g.dur_ns)}{of_step} {what}",
+                f"device starved {fmt_ns(g.dur_ns)}{of_step} {what}",  # idle means nothing was asked (DESIGN)
                 numbers,
             )
         )
