@@ -8,6 +8,9 @@ trust. Here the base lever is adjusted to what the trace shows:
   launches: no "capture in a CUDA graph"; the launch gaps left are the eager launches around the
   replays, and those are the lever;
 - no range mentions tokenising: no tokenisation advice;
+- training's host lever names the DataLoader only where one ran (PyTorch's ``enumerate(DataLoader)#…``
+  marker), and ``pin_memory`` only where a host-to-device copy is pageable (round-3 loader_fault pins
+  every batch; nested_steps and island_fault have no DataLoader at all);
 - copies: the direction and memory kind of the copies that cost most (``Memcpy HtoD (Pageable ->
   Device)``), so pinned copies are not told to use pinned memory and device-to-device copies are not
   called host transfers.
@@ -32,6 +35,18 @@ GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch(_v\d+|_ptsz|_spt)*$")
 KERNEL_LAUNCH = re.compile(
     r"^(cudaLaunchKernel\w*|cuLaunchKernel\w*|hipLaunchKernel\w*|hipExtLaunchKernel\w*|hipModuleLaunchKernel\w*|"
     r"cudaLaunchCooperativeKernel\w*|hipLaunchCooperativeKernel\w*|cuLaunchCooperativeKernel\w*)$"
+)
+#: A host range or op that says a DataLoader fed the step (``enumerate(DataLoader)#_MultiProcessingDataLoaderIter…``).
+DATALOADER = re.compile(r"DataLoader", re.IGNORECASE)
+#: Training's host-island lever when a DataLoader ran and every host-to-device copy is already pinned.
+TRAINING_ISLAND_PINNED = (
+    "feed the GPU ahead of time: more DataLoader workers and a deeper prefetch (the copies are already pinned), "
+    "move CPU augmentation off the step, keep Python bookkeeping out of the loop"
+)
+#: Training's host-island lever when no DataLoader ran: the CPU work is the program's own.
+TRAINING_ISLAND_NO_LOADER = (
+    "move the CPU work off the step: prepare the next batch on a background thread or process while the GPU "
+    "runs, cache what does not change between steps, keep Python bookkeeping (logging, metrics) out of the loop"
 )
 #: A range name that says the program tokenises (tokenize, tokenise, detokenize, tokenizer, encode_prompt…).
 TOKENISE = re.compile(r"tokeni[sz]", re.IGNORECASE)
@@ -136,6 +151,19 @@ def tokenises(trace: Trace) -> bool:
     return any(TOKENISE.search(trace.names[int(i)]) for i in ids)
 
 
+@per_trace
+def uses_dataloader(trace: Trace) -> bool:
+    """True when a host range or op of the trace names a DataLoader."""
+    kinds = np.asarray([int(Kind.ANNOTATION), int(Kind.CPU_OP), int(Kind.PYTHON)], np.int8)
+    ids = np.unique(trace.name_id[np.isin(trace.kind, kinds)]).tolist()
+    return any(DATALOADER.search(trace.names[int(i)]) for i in ids)
+
+
+def pageable_htod(trace: Trace) -> bool:
+    """True when some host-to-device copy is not from pinned memory (or the name does not say)."""
+    return any(c.direction == "HtoD" and c.src.lower() != "pinned" for c in copy_kinds(trace))
+
+
 @dataclass(frozen=True)
 class CopyKind:
     """The copies that cost most: direction and memory kind, in the trace's own words."""
@@ -208,6 +236,11 @@ def fitted_lever(trace: Trace, smell: str, workload: str, copies: list[int] | No
             return GRAPHED_FENCE_LEVER.format(graphs=lv.graphs, kernels=lv.kernels)
     if smell == "host_island" and workload == "serving" and not tokenises(trace):
         return SERVING_ISLAND_NO_TOKENS
+    if smell == "host_island" and workload == "training" and "DataLoader" in lever(smell, workload):
+        if not uses_dataloader(trace):
+            return TRAINING_ISLAND_NO_LOADER
+        if not pageable_htod(trace):
+            return TRAINING_ISLAND_PINNED
     if smell == "copy_on_path":
         return copy_lever(trace, copies, workload)
     if smell == "comm":
