@@ -66,6 +66,9 @@ class Squeeze:
     def __init__(self) -> None:
         self.at: list[int] = []  # squeezed document position just after each kept blank
         self.removed: list[int] = []  # bytes removed there, cumulative
+        # Where the last chunk with runs ended (squeezed position), whether a string was open there
+        # and whether its last byte was an escaping backslash: the next chunk is scanned alone.
+        self._end, self._inside, self._escape = -1, False, False
 
     def chunk(self, before: Sequence[bytes | bytearray], chunk: bytes, doc_at: int) -> bytes:
         """``chunk`` with its long blank runs cut, when outside strings; ``before`` is the buffered text
@@ -73,21 +76,30 @@ class Squeeze:
         runs = _long_runs(chunk)
         if not runs:
             return chunk
-        head = b"".join(before)
-        quotes = string_quotes(np.frombuffer(head + chunk, np.uint8))
+        if doc_at == self._end:  # continues the last chunk scanned: its state, not the buffer again
+            lead = b"\\" if self._escape else b""
+            quotes = string_quotes(np.frombuffer(lead + chunk, np.uint8)) - len(lead)
+            inside = self._inside
+        else:
+            head = b"".join(before)
+            quotes = string_quotes(np.frombuffer(head + chunk, np.uint8)) - len(head)
+            inside = bool(np.count_nonzero(quotes < 0) & 1)  # the buffer starts outside any string
+            quotes = quotes[quotes >= 0]
         parts, kept, last = [], 0, 0
         for start, end in runs:
-            if np.searchsorted(quotes, len(head) + start) & 1:
+            if (int(np.searchsorted(quotes, start)) + inside) & 1:
                 continue  # inside a string: its text is the trace's
             parts.append(chunk[last : start + 1])
             kept += start + 1 - last
             last = end
             self.at.append(doc_at + kept)
             self.removed.append((self.removed[-1] if self.removed else 0) + end - start - 1)
-        if not parts:
-            return chunk
-        parts.append(chunk[last:])
-        return b"".join(parts)
+        out = b"".join([*parts, chunk[last:]]) if parts else chunk
+        tail = len(chunk) - len(chunk.rstrip(b"\\"))
+        self._escape = bool((tail + (self._escape if tail == len(chunk) else 0)) & 1)
+        self._inside = bool((quotes.size + inside) & 1)
+        self._end = doc_at + len(out)
+        return out
 
     def original(self, pos: int) -> int:
         """The position in the file's text of squeezed position ``pos``."""
@@ -217,7 +229,9 @@ class EventBlocks:
         self._parts, self._size, self._offset = [head[start:]], len(head) - start, start
 
     def _fill(self, target: int | None = None) -> None:
-        want = self._size + 1 if self._grow else (self._block if target is None else target)
+        # Could not cut: at least one more chunk, and double the buffer, so an event of any size is
+        # scanned a bounded number of times (once per doubling), not once per chunk.
+        want = 2 * self._size + 1 if self._grow else (self._block if target is None else target)
         while self._size < want and not self._exhausted:
             chunk = next(self._it, None)
             if chunk is None:

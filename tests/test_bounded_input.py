@@ -362,3 +362,22 @@ def test_local_workers_are_capped_by_the_cores(monkeypatch):
     with pytest.raises(TraceError, match="cannot reach"):
         jobrun.open_job(RANKS, dask="local:12", warn=said.append)
     assert asked == [2] and said == ["--dask local:12: 2 cores here, so 2 workers"]
+
+
+def test_squeeze_knows_strings_across_chunks():
+    """Blank runs inside a string that spans chunks (with escapes at the cuts) are kept; those outside go."""
+    from gaplens.loaders.jsonblocks import SQUEEZE, Squeeze
+
+    pad = b" " * (2 * SQUEEZE)
+    full = b'{"a": "x' + pad + b'\\"' + pad + b"\\\\" + b'\\"' + pad + b'y", "b": 1,' + pad + pad + b'"c": 2}'
+    first = full.index(b"\\") + 1  # between a backslash and the quote it escapes
+    second = full.index(b"\\\\") + 2  # after an escaped backslash, before an escaped quote
+    third = full.index(b'"c"') - SQUEEZE  # inside the run outside the string
+    chunks = [full[:first], full[first:second], full[second:third], full[third:]]
+    squeeze, kept = Squeeze(), []
+    for chunk in chunks:
+        kept.append(squeeze.chunk(kept, chunk, sum(map(len, kept))))
+    text = b"".join(kept)
+    assert json.loads(text) == json.loads(full)  # the string's blanks all there
+    assert len(text) < len(full) - 3 * SQUEEZE  # the run outside it cut
+    assert squeeze.original(len(text) - 1) == len(full) - 1
