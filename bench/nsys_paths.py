@@ -48,10 +48,10 @@ def _peak() -> int:
 def _reader_ints(path: str, pages: bool) -> dict:
     from gaplens.loaders import nsys_sql
 
-    nsys_sql.PAGES = pages
+    was, nsys_sql.PAGES = nsys_sql.PAGES, pages
     reader = nsys_sql.Reader(f"file:{path}?mode=ro")
-    schema = nsys_sql.Schema.probe(reader.con())
     try:
+        schema = nsys_sql.Schema.probe(reader.con())
         waits = []
         for table, cols in TABLES.items():
             c = nsys_sql.Columns(schema, table)
@@ -59,6 +59,7 @@ def _reader_ints(path: str, pages: bool) -> dict:
         return {k: v for wait in waits for k, v in wait().items()}
     finally:
         reader.close()
+        nsys_sql.PAGES = was
 
 
 def _sqlite3(path: str) -> dict:
@@ -98,8 +99,21 @@ def _adbc(path: str) -> dict:
 def _load(path: str, pages: bool) -> int:
     from gaplens.loaders import load, nsys_sql
 
-    nsys_sql.PAGES = pages
-    return len(load(path, use_cache=False))
+    was, nsys_sql.PAGES = nsys_sql.PAGES, pages
+    try:
+        return len(load(path, use_cache=False))
+    finally:
+        nsys_sql.PAGES = was
+
+
+def read(path: str, way: str) -> dict:
+    """The columns one way reads (``TABLE.column`` -> int64 array), in this process."""
+    return {
+        "pages": lambda: _reader_ints(path, True),
+        "sql chunks": lambda: _reader_ints(path, False),
+        "sqlite3": lambda: _sqlite3(path),
+        "adbc": lambda: _adbc(path),
+    }[way]()
 
 
 def child(path: str, way: str) -> dict:
@@ -113,16 +127,10 @@ def child(path: str, way: str) -> dict:
     base = _peak()
     t0, c0 = time.perf_counter(), time.process_time()
     events = None
-    if way == "pages":
-        cols = _reader_ints(path, True)
-    elif way == "sql chunks":
-        cols = _reader_ints(path, False)
-    elif way == "sqlite3":
-        cols = _sqlite3(path)
-    elif way == "adbc":
-        cols = _adbc(path)
-    else:
+    if way.startswith("load"):
         cols, events = {}, _load(path, way == "load (pages)")
+    else:
+        cols = read(path, way)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     digest = sum(int(np.asarray(v, np.int64).sum(dtype=np.int64)) & 0xFFFFFFFF for v in cols.values())
     return {"s": wall, "cpu": cpu, "peak": _peak(), "base": base, "sum": digest, "events": events}
