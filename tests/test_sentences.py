@@ -293,6 +293,19 @@ def test_a_phase_after_a_stream_wait_is_timed_from_the_wait():
         assert abs(fams[name] / truth[name] - 1) <= STEP_TOLERANCE, (name, fams[name], truth[name])
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_smell_sentences_keep_their_parts_inside_their_whole(case):
+    """ "692 MiB in 86.2 ms, 98.8 ms of it on the critical path" and a sync cliff of 713 µs whose
+    "device waited 85.3 ms for the host" (round-3 copy_bound) are each a part larger than its whole."""
+    trace = _trace(str(_path(case)))
+    for f in smells(trace):
+        if f.kind == "copy_on_path" and "of it on the critical path" in f.summary:
+            copy = f.evidence[0]
+            assert f.numbers["on_path_ns"] <= int(trace.end_ns[copy] - trace.start_ns[copy]) + SLACK_NS, f.summary
+        if f.kind == "sync_cliff":
+            assert f.numbers["idle_after_ns"] <= f.end_ns - f.start_ns + SLACK_NS, f.summary
+
+
 # ---- advice the trace already follows ---------------------------------------------------------------
 
 
