@@ -197,9 +197,12 @@ def run_dask(files: list[JobFile], address: str, warn: Callable[[str], None] | N
             ) from exc
         paths = [f.path for f in files]
         futures = client.map(rank_task, paths, range(len(paths)), one_core=True, pure=False)
-        done = dask_wait(futures, timeout=FIRST_RESULT_TIMEOUT_S, return_when="FIRST_COMPLETED")
-        if not done.done:
-            raise TraceError(f"no rank came back from the Dask cluster at {address} in {FIRST_RESULT_TIMEOUT_S:.0f} s")
+        try:
+            dask_wait(futures, timeout=FIRST_RESULT_TIMEOUT_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            raise TraceError(
+                f"no rank came back from the Dask cluster at {address} in {FIRST_RESULT_TIMEOUT_S:.0f} s"
+            ) from None
         # Results come back in batches as they finish, not one round trip per future.
         for _fut, result in dask_completed(futures, with_results=True):
             yield result

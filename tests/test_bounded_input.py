@@ -381,3 +381,25 @@ def test_squeeze_knows_strings_across_chunks():
     assert json.loads(text) == json.loads(full)  # the string's blanks all there
     assert len(text) < len(full) - 3 * SQUEEZE  # the run outside it cut
     assert squeeze.original(len(text) - 1) == len(full) - 1
+
+
+@needs_dask
+def test_no_first_result_in_time_is_one_line(monkeypatch):
+    from dask.distributed import LocalCluster
+
+    from gaplens.analysis import jobrun
+    from gaplens.loaders.model import TraceError
+
+    monkeypatch.setattr(jobrun, "FIRST_RESULT_TIMEOUT_S", 0.001)
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=1,
+            processes=False,
+            protocol="tcp://",
+            host="127.0.0.1",
+            dashboard_address=":0",
+        ) as cluster,
+        pytest.raises(TraceError, match="no rank came back"),
+    ):
+        jobrun.open_job(RANKS, dask=cluster.scheduler_address)
