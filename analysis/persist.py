@@ -6,7 +6,7 @@ file per reading in ``<entry>.readings/``, named after the function. A file is s
 when its header names the entry's token (a rebuilt entry has a new one), the digest of every
 file of this package (the code that computed the reading), the Python/numpy versions and the
 trace's shape, and when its payload's SHA-256 matches. Anything else (absent, stale, torn,
-corrupt, unreadable) is a miss: the reading is computed again and the file rewritten.
+corrupt, unreadable, a symlink) is a miss: the reading is computed again and the file rewritten.
 Writes are atomic. ``GAPLENS_READINGS_CACHE=0`` turns the whole thing off.
 
 The payload is a pickle written and read with an allowlist: only builtin containers and
@@ -183,7 +183,9 @@ def recall(trace: Trace, reading: str) -> tuple[bool, Any]:
         if place is None:
             return False, None
         path, header = place
-        blob = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))  # a symlink planted at the name is a miss
+        with os.fdopen(fd, "rb") as fh:
+            blob = fh.read()
         if not blob.startswith(MAGIC):
             return False, None
         at = len(MAGIC)

@@ -202,3 +202,17 @@ def test_off_switch(trace_file, monkeypatch):
     monkeypatch.setenv(persist.ENV, "0")
     _readings(load(trace_file))
     assert not list((Path(os.environ["GAPLENS_CACHE_DIR"])).rglob("*.pkl"))
+
+
+def test_a_symlink_at_the_name_is_not_followed(trace_file, monkeypatch, tmp_path):
+    _readings(load(trace_file))
+    memo.clear()
+    target = _reading_file(trace_file)
+    elsewhere = tmp_path / "planted.pkl"
+    elsewhere.write_bytes(target.read_bytes())  # a valid file, reached through a link
+    target.unlink()
+    target.symlink_to(elsewhere)
+    computed = _computed(monkeypatch)
+    _readings(load(trace_file))
+    assert computed == [GAPS]
+    assert not target.is_symlink()  # rewritten as a file of its own
