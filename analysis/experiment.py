@@ -259,11 +259,14 @@ def experiment(trace: Trace) -> Experiment:
         )
         return Experiment(fitted_lever(trace, "dependency", _kind(trace)), why, "dependency", dependency, total)
     if total == 0 or compute_pct >= KERNEL_BOUND_PCT or quiet:
-        where = sd.words if st else "while work was asked"
-        on_path = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of that time"
+        # The compute share is of the time work was asked (idle stretches left out): a 13.3 s profiler step
+        # holding 1.76 µs of work read "100% busy computing in 1 steady ProfilerStep" (HTA triton_example).
+        where = "of the time work was asked" + (f" {sd.words}" if st else "")
+        scope = "their time" if st else "the GPU window"
+        on_path = f"on-path blank time {fmt_ns(total)}, {100 * total / steady_ns:.1f}% of {scope}"
         facts = _outside_line(int(dur[outside].sum()), total) + _warm_line(warm_ns, total)
         if compute_pct < KERNEL_BOUND_PCT and total > 0:  # not busy, yet not waiting on the host either
-            why = f"the host is not what the device waits for: {on_path}; {compute_pct:.0f}% busy computing {where}"
+            why = f"the host is not what the device waits for: {compute_pct:.0f}% busy computing {where}; {on_path}"
             return Experiment(GPU_SIDE_LEVER, why, "device", 0, total, None, facts)
         why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {on_path}"
         return _device(trace, why, total, _steady_spans(trace, st), facts)
