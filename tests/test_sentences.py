@@ -306,6 +306,17 @@ def test_smell_sentences_keep_their_parts_inside_their_whole(case):
             assert f.numbers["idle_after_ns"] <= f.end_ns - f.start_ns + SLACK_NS, f.summary
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_a_compute_share_names_what_it_is_a_share_of(case):
+    """Step 6's compute share leaves idle stretches out: it must say "of the time work was asked", not
+    read as a share of the step (HTA triton_example: "100% busy computing in 1 steady ProfilerStep"
+    of 13.3 s that held 1.76 µs of work)."""
+    text = _report(str(_path(case)))
+    for line in text.splitlines():
+        if "% busy computing" in line:
+            assert "% busy computing of the time work was asked" in line or "while work was asked" in line, line
+
+
 # ---- advice the trace already follows ---------------------------------------------------------------
 
 
