@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gaplens.analysis.busy import bound_by, busy_share, compute_busy, gpu_window, overhead_spans
+from gaplens.analysis.busy import bound_by, busy_share, compute_busy, device_splits, gpu_window, overhead_spans
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.experiment import KERNEL_BOUND_PCT, Experiment, experiment
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
@@ -44,6 +44,8 @@ SHARE_SHOWN = 0.005
 VIEW_MIN_PAD_NS = 1_000
 #: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
 PROFILER_NOTE_SHARE = 0.25
+#: A phase family whose span copies ran at least half of is "mostly copying" (the copy class's majority).
+COPYING_SHARE = 0.5
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -190,11 +192,14 @@ class Walkthrough:
     # ---- 3. zoom out --------------------------------------------------------
     def _step3(self) -> Step:
         sh = self.share
+        bound = bound_by(self.trace)
+        active = active_compute_pct(self.trace)
+        # A copy-bound device is busy, not waiting (round-3 copy_bound read "GPU mostly waiting: 17% busy").
+        verdict = f"busy copying, not computing: {active:.0f}% busy computing" if bound.verdict == "copy" else None
         facts = [
-            f"GPU {busy_verdict(active_compute_pct(self.trace))} of the time work was asked "
+            f"GPU {verdict or busy_verdict(active)} of the time work was asked "
             f"(compute {fmt_ns(sh.compute_ns)}; busy {sh.busy_pct:.1f}% of the window)"
         ]
-        bound = bound_by(self.trace)
         if bound.verdict in ("copy", "comm"):  # busy, but not computing: say what filled the time
             facts.append(bound.words)
         if sh.comm_ns:
@@ -225,17 +230,27 @@ class Walkthrough:
         for pid, found in groups.items():
             fams: dict[str, list[float]] = {}
             for p, busy in zip(found, phases_busy_pct(self.trace, found).tolist(), strict=True):
-                acc = fams.setdefault(family(p.name), [0.0, 0.0])
+                acc = fams.setdefault(family(p.name), [0.0, 0.0, 0.0])
                 acc[0] += busy * p.dur_ns
                 acc[1] += p.dur_ns
+                acc[2] += self._copy_ns(p)
             prefix = f"[{pid}] " if len(groups) > 1 else ""
-            for fam, (b, d) in list(fams.items())[:MAX_FAMILY_VERDICTS]:
-                if d > 0:
+            for fam, (b, d, c) in list(fams.items())[:MAX_FAMILY_VERDICTS]:
+                if d > 0 and c >= COPYING_SHARE * d:  # copy_in: "mostly copying", not "mostly waiting"
+                    facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b / d:.0f}% computing")
+                elif d > 0:
                     facts.append(f"{prefix}{fam}: {busy_verdict(b / d)}")
         for m in self.notes.phases if self.notes else []:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
                 facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
         return self._make(3, facts[:MAX_ZOOM_OUT_FACTS], View(window_ns=self.window_ns, show_phases=True))
+
+    def _copy_ns(self, p: Phase) -> int:
+        """Time copies ran on the phase's device inside its GPU span."""
+        if p.lane < 0 or p.dur_ns <= 0:
+            return 0
+        split = device_splits(self.trace).get(self.trace.lanes[p.lane].device)
+        return split.copy.busy_in(p.start_ns, p.end_ns) if split else 0
 
     def _compute_pct(self, t0: int, t1: int) -> float:
         busy = sum(compute_busy(self.trace, d.id).busy_in(t0, t1) for d in self.share.devices)
