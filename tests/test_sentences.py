@@ -317,6 +317,29 @@ def test_a_compute_share_names_what_it_is_a_share_of(case):
             assert "% busy computing of the time work was asked" in line or "while work was asked" in line, line
 
 
+#: Copies filling this share of the raw GPU window make a trace copy-bound beyond doubt.
+COPY_BOUND_RAW = 0.6
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_copy_bound_device_is_not_called_waiting(case):
+    """When copies (raw ``gpu_memcpy``/``gpu_memset`` events) fill most of the GPU window, step 3 does
+    not say "GPU mostly waiting" (round-3 copy_bound: 508 ms of copies in a 623 ms window)."""
+    path = str(_path(case))
+    events = _raw(path)
+    if not events:
+        return
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    copies = sum(float(e["dur"]) for e in gpu if e["cat"] != "kernel")
+    if not gpu:
+        return
+    window = max(float(e["ts"]) + float(e["dur"]) for e in gpu) - min(float(e["ts"]) for e in gpu)
+    if copies < COPY_BOUND_RAW * window:
+        return
+    step3 = Walkthrough(_trace(path)).step(3).facts
+    assert "mostly waiting" not in step3[0], step3[0]
+
+
 # ---- advice the trace already follows ---------------------------------------------------------------
 
 
