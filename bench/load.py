@@ -25,7 +25,9 @@ For each, in one run:
 - **peak**: the whole child process's peak resident size (VmHWM: interpreter,
   imports and all) divided by the events in the file.
 - **reopen**: in a fresh interpreter, a cache hit plus the readings of
-  ``gaplens summary`` and of ``gaplens gaps`` (its top 20), per 1M events.
+  ``gaplens summary`` and of ``gaplens gaps`` (its top 20), per 1M events; the readings
+  are kept with the cache entry (``analysis.persist``), and the same reopen with them
+  recomputed (``GAPLENS_READINGS_CACHE=0``, as before they were kept) is printed beside it.
 
 Targets (issues 11, 23): load <= 0.5 x floor (wall), <= 200 B/event, 0 slow-path events, reopen
 <= 0.5 s per 1M events. The box is shared: the ratios, measured in the same run, are
@@ -113,10 +115,10 @@ print(json.dumps({"hit": hit, "summary": t1 - t0, "gaps": t2 - t1, "s": t2 - t0}
 _CACHE = {"dir": ""}  # where the children keep reopen entries, apart from the user's cache
 
 
-def _run_child(code: str, path: str) -> dict:
+def _run_child(code: str, path: str, **extra_env: str) -> dict:
     """Run ``code`` in a fresh interpreter: its last line of output, as JSON."""
     search = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONPATH=search, GAPLENS_CACHE_DIR=_CACHE["dir"])
+    env = dict(os.environ, PYTHONPATH=search, GAPLENS_CACHE_DIR=_CACHE["dir"], **extra_env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.run([sys.executable, "-c", code, path], stdout=out, stderr=err, env=env, cwd=ROOT)
         out.seek(0)
@@ -210,6 +212,10 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
     floor_cpu = gunzip_cpu + parsers_cpu[fastest]
     _run_child(_REOPEN_CHILD, path)  # writes the cache entry
     reopen = min((_run_child(_REOPEN_CHILD, path) for _ in range(repeats)), key=lambda r: r["s"])
+    # The same reopen with the readings recomputed, as before analysis.persist kept them.
+    recomputed = min(
+        (_run_child(_REOPEN_CHILD, path, GAPLENS_READINGS_CACHE="0") for _ in range(repeats)), key=lambda r: r["s"]
+    )
     row = {
         "trace": label,
         "events": result["events"],
@@ -230,6 +236,7 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
         "reopen_s": reopen["s"],
         "reopen_per_1m_s": reopen["s"] * 1e6 / result["events"],
         "reopen_parts_s": reopen,
+        "reopen_recomputed_s": recomputed["s"],
         "blocks": {"layout": result["layout"], "structure": result["structure"], "rewinds": result["rewinds"]},
     }
     print(
@@ -240,6 +247,11 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
     parsers_text = ", ".join(f"{k} {v:.2f}s" for k, v in parsers.items())
     parts = f"hit {reopen['hit']:.2f}s, summary {reopen['summary'] - reopen['hit']:.2f}s, gaps {reopen['gaps']:.2f}s"
     print(f"{'':<28} floor = gunzip {gunzip:.2f}s + {fastest} ({parsers_text}); reopen {reopen['s']:.2f}s ({parts})")
+    again = recomputed["s"] * 1e6 / result["events"]
+    print(
+        f"{'':<28} reopen with the readings recomputed (GAPLENS_READINGS_CACHE=0): {recomputed['s']:.2f}s "
+        f"= {again:.2f} s/1M (summary {recomputed['summary'] - recomputed['hit']:.2f}s, gaps {recomputed['gaps']:.2f}s)"
+    )
     print(
         f"{'':<28} with the loader's inflater ({inflate.__name__}) in the floor too: gunzip {gunzip_ng:.2f}s, "
         f"ratio {row['ratio_zlib_ng_floor']:.2f}"
