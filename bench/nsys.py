@@ -125,4 +125,4 @@ def _decide(rows: int, best: dict[str, dict]) -> None:
     if "load (pages)" in best:
         rate = rows / best["load (pages)"]["s"]
         met = "meets" if rate >= TARGET_ROWS_S else "misses"
-        print(f"whole load with pages: {rate / 1e6:.2f} M rows/s: {met} the >= 1 M rows/s target")
+        print(f"whole load with pages at {rows:,} rows: {rate / 1e6:.2f} M rows/s: {met} the >= 1 M rows/s target")
