@@ -294,7 +294,8 @@ def explain(m: Matched, w: Waits, row: int, mine: np.ndarray, step_ns: int) -> t
         phase = _phase(t.blank_phase[m.row[row, cols]], t.phase_names, t.blank_cause_ns[m.row[row, cols], k])
         own, others = own_blank[k], other_blank[k]
         text = (
-            f"{'in ' + phase + ': ' if phase else ''}{fmt_ns(int(own))} per step before arriving with its GPU idle, "
+            # blank, not "idle": idle means nothing was asked (DESIGN), and this rank's host was working
+            f"{'in ' + phase + ': ' if phase else ''}{fmt_ns(int(own))} per step before arriving with its GPU blank, "
             f"{CAUSE_WORDS.get(cause, cause)}"
         )
     detail.update({"phase": phase, "own_ns": int(own), "others_ns": int(others)})
