@@ -83,6 +83,18 @@ def code_stamp() -> str:
     return digest.hexdigest()[:32]
 
 
+def _inputs_stamp() -> str:
+    """What readings read besides the trace and the code: the user's GPU spec rows (the experiment's
+    floor branch reads them), by size and mtime, so adding or editing that file is a miss."""
+    from gaplens.analysis.gpuspecs import default_spec_path
+
+    try:
+        st = default_spec_path().stat()
+    except OSError:
+        return "no-user-specs"
+    return f"user-specs:{st.st_size}:{st.st_mtime_ns}"
+
+
 def _shape(trace: Trace) -> str:
     """A cheap check that the Trace is the one stored: sizes and the first and last start."""
     first = int(trace.start_ns[0]) if len(trace) else 0
@@ -101,7 +113,7 @@ def _place(trace: Trace, reading: str) -> tuple[Path, bytes] | None:
     if where is None:
         return None
     base, token = where
-    header = f"{token}\n{code_stamp()}\n{reading}\n{_shape(trace)}\n".encode()
+    header = f"{token}\n{code_stamp()}\n{_inputs_stamp()}\n{reading}\n{_shape(trace)}\n".encode()
     return base.parent / f"{base.name}.readings" / f"{_NAME.sub('_', reading)}.pkl", header
 
 

@@ -182,6 +182,19 @@ def test_changed_code_is_a_miss(trace_file, monkeypatch):
     assert GAPS in computed and len(computed) >= 5
 
 
+def test_a_new_user_gpu_spec_file_is_a_miss(trace_file, monkeypatch, tmp_path):
+    """Readings that consult the user's GPU rows (the experiment's floor branch) are not served stale."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    _readings(load(trace_file))
+    memo.clear()
+    spec = tmp_path / "config" / "gaplens" / "gpus.json"
+    spec.parent.mkdir(parents=True)
+    spec.write_text("[]")
+    computed = _computed(monkeypatch)
+    _readings(load(trace_file))
+    assert GAPS in computed
+
+
 def test_a_rebuilt_entry_is_a_miss(trace_file, monkeypatch):
     """The trace file changed (mtime): the entry is rebuilt with a new token and the old readings are not served."""
     _readings(load(trace_file))
