@@ -275,6 +275,17 @@ def phases_busy_pct(trace: Trace, found: list[Phase]) -> np.ndarray:
     return out
 
 
+def family_labels(found: list[Phase]) -> dict[str, str]:
+    """Each phase name's display family: ``family(name)`` when the folded name holds several
+    distinct names (``decode_step 0``, ``decode_step 1``, ...), else the name itself. One name
+    repeated is not a numbered family: round-3 floor_calib's six ``gemm_bf16_8192`` ranges read
+    "gemm_bf16 ×6", a rewritten name (8192 is a size, not a count)."""
+    names: dict[str, set[str]] = {}
+    for p in found:
+        names.setdefault(family(p.name), set()).add(p.name)
+    return {n: fam if len(members) > 1 else n for fam, members in names.items() for n in members}
+
+
 def innermost(found: list[Phase], t0: int, t1: int) -> Phase | None:
     """The deepest phase that holds [t0, t1): covering at least half of it on its GPU or host span.
 

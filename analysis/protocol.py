@@ -15,7 +15,15 @@ from gaplens.analysis.clock import clock_check
 from gaplens.analysis.experiment import KERNEL_BOUND_PCT, Experiment, experiment
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.notes import Notes
-from gaplens.analysis.phases import Phase, by_process, chain, family, innermost, phases, phases_busy_pct
+from gaplens.analysis.phases import (
+    Phase,
+    by_process,
+    chain,
+    family_labels,
+    innermost,
+    phases,
+    phases_busy_pct,
+)
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
 from gaplens.analysis.steps import WARMUP_FACTOR, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
@@ -171,12 +179,13 @@ class Walkthrough:
     def _step2(self) -> Step:
         facts = []
         groups = by_process(self.phases)
+        labels = family_labels(self.phases)
         for pid, found in groups.items():
             if len(groups) > 1:
                 facts.append(f"process {pid} {self.trace.meta.processes.get(pid, '')}".rstrip() + ":")
             fams: dict[str, list[Phase]] = {}
             for p in found:
-                fams.setdefault(family(p.name), []).append(p)
+                fams.setdefault(labels[p.name], []).append(p)
             for fam, ps in fams.items():
                 count = f"{len(ps)} × " if len(ps) > 1 else ""
                 facts.append(f"{count}{fam}: {fmt_ns(sum(p.dur_ns for p in ps))} on the GPU")
@@ -227,10 +236,11 @@ class Walkthrough:
             split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
             facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
         groups = by_process(self.phases)
+        labels = family_labels(self.phases)
         for pid, found in groups.items():
             fams: dict[str, list[float]] = {}
             for p, busy in zip(found, phases_busy_pct(self.trace, found).tolist(), strict=True):
-                acc = fams.setdefault(family(p.name), [0.0, 0.0, 0.0])
+                acc = fams.setdefault(labels[p.name], [0.0, 0.0, 0.0])
                 acc[0] += busy * p.dur_ns
                 acc[1] += p.dur_ns
                 acc[2] += self._copy_ns(p)

@@ -15,7 +15,7 @@ import numpy as np
 from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.notes import Notes, notes_markdown
 from gaplens.analysis.pacing import pacing
-from gaplens.analysis.phases import family, phases
+from gaplens.analysis.phases import family_labels, phases
 from gaplens.analysis.protocol import Walkthrough
 from gaplens.analysis.smells import rollup, smells
 from gaplens.analysis.steps import steps
@@ -75,8 +75,10 @@ def pacing_table(trace: Trace) -> list[str]:
     if not rows:
         return ["The trace has no annotation ranges; mark phases with NVTX or `torch.profiler.record_function`."]
     fams: dict[tuple[int, str], list[dict]] = {}
-    for r, p in zip(rows, phases(trace), strict=True):
-        fams.setdefault((p.pid, family(p.name)), []).append(r)
+    found = phases(trace)
+    label = family_labels(found)
+    for r, p in zip(rows, found, strict=True):
+        fams.setdefault((p.pid, label[p.name]), []).append(r)
     several = len({pid for pid, _ in fams}) > 1
     lines = ["| phase | × | GPU span (median) | busy | pacing | median launch lag |", "|---|---|---|---|---|---|"]
     for k, ((pid, fam), members) in enumerate(fams.items()):

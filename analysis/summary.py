@@ -6,7 +6,7 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
-from gaplens.analysis.phases import Phase, family, phases, phases_busy_pct
+from gaplens.analysis.phases import Phase, family_labels, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.steps import steps, steps_by_process
@@ -134,8 +134,9 @@ def _phase_json(p: Phase, busy_pct: float) -> dict:
 def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
     """Phases folded into families per process (``decode_step ×32``), in order of first appearance."""
     rows: dict[tuple[int, int, str], list[int]] = {}
+    label = family_labels(found)
     for k, p in enumerate(found):
-        rows.setdefault((p.pid, p.depth, family(p.name)), []).append(k)
+        rows.setdefault((p.pid, p.depth, label[p.name]), []).append(k)
     all_busy = phases_busy_pct(trace, found)
     out = []
     for (pid, depth, fam), at in rows.items():
