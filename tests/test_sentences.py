@@ -340,6 +340,23 @@ def test_a_copy_bound_device_is_not_called_waiting(case):
     assert "mostly waiting" not in step3[0], step3[0]
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_a_folded_family_never_rewrites_a_name(case):
+    """A family label is a range's own name, or the common stem of several distinct names
+    (``decode_step ×32``); six ranges all named ``gemm_bf16_8192`` (round-3 floor_calib) are
+    ``gemm_bf16_8192 ×6``, not ``gemm_bf16 ×6``."""
+    path = str(_path(case))
+    events = _raw(path)
+    if events is None:
+        return
+    names = {str(e.get("name", "")).strip() for e in events if e.get("cat") == "user_annotation"}
+    for f in _summary(path)["phase_families"]:
+        label = f["family"]
+        stem = re.sub(r"[\s#_.:-]*\d+", "", label)
+        stems = {n for n in names if re.sub(r"[\s#_.:-]*\d+", "", n) == stem}
+        assert label in names or len(stems) >= 2, (label, sorted(stems)[:3])
+
+
 # ---- advice the trace already follows ---------------------------------------------------------------
 
 
