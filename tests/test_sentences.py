@@ -81,6 +81,12 @@ CASES = [_case(p) for p in COMMITTED] + [_case(p, shared=True) for p in SHARED]
 FAST = [c for c in CASES if not c.marks]
 
 
+@pytest.fixture(scope="module", params=CASES)
+def case(request) -> tuple[str, str]:
+    """One trace per parameter; module scope groups every test of a trace together (one load each)."""
+    return request.param
+
+
 def _path(case: tuple[str, str]) -> Path:
     where, rel = case
     return shared_file(rel) if where == "shared" else Path(rel)
@@ -158,7 +164,6 @@ def _meta(path: str) -> dict | None:
 # ---- numbers that cannot be -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_busy_compute_copy_and_comm_fit_each_devices_window(case):
     s = _summary(str(_path(case)))
     for d in s["devices"]:
@@ -173,7 +178,6 @@ def test_busy_compute_copy_and_comm_fit_each_devices_window(case):
         assert p["end_ns"] >= p["start_ns"], p["name"]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_blank_time_per_device_fits_the_time_it_computed_nothing(case):
     """Summed blank regions of one device <= its window minus its compute (shares of a gap add to 1)."""
     path = str(_path(case))
@@ -186,7 +190,6 @@ def test_blank_time_per_device_fits_the_time_it_computed_nothing(case):
         assert total <= window - d["compute_ns"] + SLACK_NS, d["id"]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_a_child_phase_is_never_longer_than_its_parent(case):
     """Phases nested on the host (same process) nest on the GPU: CUDA events at a child's edges fire
     inside its parent's, so the child's span is never the longer one."""
@@ -209,7 +212,6 @@ def test_a_child_phase_is_never_longer_than_its_parent(case):
     assert not bad, bad[:3]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_every_percentage_printed_is_a_share(case):
     """No "144% of a step": every N% in the report and the summary text is within [0, 100]."""
     path = str(_path(case))
@@ -218,7 +220,6 @@ def test_every_percentage_printed_is_a_share(case):
     assert all(0.0 <= v <= 100.0 for v in shares), [v for v in shares if v > 100][:5]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_idle_longer_than_the_window_says_it_is_summed_over_gpus(case):
     """Idle is summed over devices: on 2 GPUs it can exceed the window, and then the words say so
     (the nsys DDP report said "idle 10.1 s" in a 6.08 s window)."""
@@ -233,7 +234,6 @@ def test_idle_longer_than_the_window_says_it_is_summed_over_gpus(case):
 # ---- one number for one thing -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_report_pacing_medians_are_summarys_medians(case):
     """The report's "GPU span (median)" per family is the one ``summary`` prints (copy_bound's copy_in
     read 85.4 ms in the report beside 84.9 ms in summary: an upper middle vs a median). Families that
@@ -253,7 +253,6 @@ def test_report_pacing_medians_are_summarys_medians(case):
             assert median == fmt_ns(want[0]), fam
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_a_warm_up_note_quotes_the_steps_own_median(case):
     path = str(_path(case))
     st = steps(_trace(path))
@@ -265,7 +264,6 @@ def test_a_warm_up_note_quotes_the_steps_own_median(case):
             assert m.group(1) == st.label and m.group(2) == fmt_ns(st.median_ns), line
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_the_step_agrees_with_the_profilers_step_marker_and_cuda_events(case):
     """Step median within 10% of the ``ProfilerStep#`` host spans (raw JSON) when the step is one per
     profiler step, and of the CUDA-event truth when the recording has one."""
@@ -293,7 +291,6 @@ def test_a_phase_after_a_stream_wait_is_timed_from_the_wait():
         assert abs(fams[name] / truth[name] - 1) <= STEP_TOLERANCE, (name, fams[name], truth[name])
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_smell_sentences_keep_their_parts_inside_their_whole(case):
     """ "692 MiB in 86.2 ms, 98.8 ms of it on the critical path" and a sync cliff of 713 µs whose
     "device waited 85.3 ms for the host" (round-3 copy_bound) are each a part larger than its whole."""
@@ -306,7 +303,6 @@ def test_smell_sentences_keep_their_parts_inside_their_whole(case):
             assert f.numbers["idle_after_ns"] <= f.end_ns - f.start_ns + SLACK_NS, f.summary
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_a_compute_share_names_what_it_is_a_share_of(case):
     """Step 6's compute share leaves idle stretches out: it must say "of the time work was asked", not
     read as a share of the step (HTA triton_example: "100% busy computing in 1 steady ProfilerStep"
@@ -321,7 +317,6 @@ def test_a_compute_share_names_what_it_is_a_share_of(case):
 COPY_BOUND_RAW = 0.6
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_a_copy_bound_device_is_not_called_waiting(case):
     """When copies (raw ``gpu_memcpy``/``gpu_memset`` events) fill most of the GPU window, step 3 does
     not say "GPU mostly waiting" (round-3 copy_bound: 508 ms of copies in a 623 ms window)."""
@@ -340,7 +335,6 @@ def test_a_copy_bound_device_is_not_called_waiting(case):
     assert "mostly waiting" not in step3[0], step3[0]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_a_folded_family_never_rewrites_a_name(case):
     """A family label is a range's own name, or the common stem of several distinct names
     (``decode_step ×32``); six ranges all named ``gemm_bf16_8192`` (round-3 floor_calib) are
@@ -368,7 +362,6 @@ def _advice(path: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_no_graph_capture_advice_on_a_graphed_trace(case):
     path = str(_path(case))
     if not {"cudaGraphLaunch", "hipGraphLaunch"} & _raw_names(path):
@@ -377,7 +370,6 @@ def test_no_graph_capture_advice_on_a_graphed_trace(case):
     assert not wrong, wrong[:2]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_no_pinned_memory_advice_when_every_host_copy_is_pinned(case):
     path = str(_path(case))
     htod = _raw_htod(path)
@@ -387,7 +379,6 @@ def test_no_pinned_memory_advice_when_every_host_copy_is_pinned(case):
     assert not wrong, wrong[:2]
 
 
-@pytest.mark.parametrize("case", CASES)
 def test_no_dataloader_advice_without_a_dataloader(case):
     """Levers fit the workload seen: "more DataLoader workers" only where a DataLoader ran (nested_steps,
     island_fault and the DDP recordings have none)."""
