@@ -438,3 +438,13 @@ def test_raw_reader_reads_profiler_steps():
     got = np.asarray(_raw_profiler_steps_ns(path)) / 1e6
     truth = _meta(path)["summary"]["step_host_ms_median"]
     assert got.size == 6 and abs(float(np.median(got)) / truth - 1) < 0.02
+
+
+@pytest.mark.parametrize(("before", "after"), [("island_fixed", "island_fault"), ("copy_fault", "copy_fixed")])
+def test_compare_says_why_its_largest_blank_is_not_the_gap(before, after):
+    """island_fixed vs island_fault: the verdict's "4.29 ms after" beside THE gap's 4.37 ms (in the warm-up
+    train_step 3) and the gate's "gap 294 µs -> 4.37 ms": two numbers for one region unless it says why."""
+    out = compare(_trace(str(DATA / "round3" / f"{before}.json.gz")), _trace(str(DATA / "round3" / f"{after}.json.gz")))
+    g = out["gap"]
+    assert g["where"] == "train_step" and g["after_ns"] != g["after"]["dur_ns"]  # the step family, warm-up apart
+    assert "warm-up steps set apart" in out["verdict"], out["verdict"]
