@@ -836,11 +836,17 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
                         "critical path: the device was waiting on other work, so the host time behind them "
                         "moves nothing that follows"
                     )
+                elif not d.get("host_ns"):
+                    # nothing came off a thread: "0 ns ... is absorbed" explained a gain that was never there
+                    # (round-3 island_fault --remove copy)
+                    why = f"no host time lies behind the {d['regions']} {d['cause']} regions: nothing came off a thread"
                 else:
                     why = (
                         f"the {d['cause']} time taken off ({fmt_ns(d.get('host_ns') or 0)}) is absorbed before "
                         "the step ends: later work waits on the device or on a blocking call that did not move"
                     )
+                if d["cause"] == "copy":  # the copies themselves run on the device: that is --scale's change
+                    why += "; to model faster copies, scale them: --scale 'Memcpy*=F'"
                 notes.append(f"no gain from --remove {d['cause']}: {why}")
         else:
             if d["ops"] == 0:
