@@ -448,3 +448,13 @@ def test_compare_says_why_its_largest_blank_is_not_the_gap(before, after):
     g = out["gap"]
     assert g["where"] == "train_step" and g["after_ns"] != g["after"]["dur_ns"]  # the step family, warm-up apart
     assert "warm-up steps set apart" in out["verdict"], out["verdict"]
+
+
+def test_whatif_never_explains_a_gain_of_nothing_as_absorbed():
+    """round-3 island_fault --remove copy read "the copy time taken off (0 ns) is absorbed before the step
+    ends": nothing was taken off, so nothing was absorbed."""
+    from gaplens.analysis.whatif import parse_remove, whatif
+
+    out = whatif(_trace(str(DATA / "round3" / "island_fault.json.gz")), [parse_remove("copy")])
+    assert not any("(0 ns) is absorbed" in n for n in out["notes"]), out["notes"]
+    assert any("--scale" in n for n in out["notes"])  # the copies run on the device: scaling models them
