@@ -92,10 +92,11 @@ def pacing_table(trace: Trace) -> list[str]:
         lag = fmt_ns(int(np.median(lags))) if lags else "–"
         busy = sum(r["busy_pct"] * (r["end_ns"] - r["start_ns"]) for r in members) / max(sum(spans), 1)
         who = f"[{pid}] " if several else ""
-        lines.append(
-            f"| {who}{_md(fam[:60])} | {len(members)} | {fmt_ns(int(np.median(spans)))} | {busy:.1f}% "
-            f"| {verdict} | {lag} |"
-        )
+        median = fmt_ns(int(np.median(spans)))
+        st = steps(trace, pid)
+        if st and st.warmup and fam == st.label and len(members) == st.count:  # the step: its steady median
+            median = f"{fmt_ns(st.median_ns)} steady"
+        lines.append(f"| {who}{_md(fam[:60])} | {len(members)} | {median} | {busy:.1f}% | {verdict} | {lag} |")
     return lines
 
 

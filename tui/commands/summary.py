@@ -100,6 +100,12 @@ def step_lines(s: dict) -> list[str]:
     return ["step", *(f"  process {pid}  {step_line(st)}" for pid, st in by_pid.items())]
 
 
+def _step_of(s: dict, pid: int) -> dict | None:
+    """The step of process ``pid`` (``step_by_process`` when several processes have one)."""
+    by_pid = s.get("step_by_process") or {}
+    return by_pid.get(str(pid)) if by_pid else s.get("step")
+
+
 def phase_lines(s: dict) -> list[str]:
     """Phase families (``decode_step ×32``), grouped by process when there is more than one."""
     rows = s["phase_families"]
@@ -120,6 +126,11 @@ def phase_lines(s: dict) -> list[str]:
             indent = "  " * (min(r["depth"] - base, 6) + (1 if len(pids) > 1 else 0))
             name = r["family"] if r["count"] == 1 else f"{r['family']} ×{r['count']}"
             each = f"median {fmt_ns(r['median_ns'])}" if r["count"] > 1 else fmt_ns(r["total_ns"])
+            st = _step_of(s, pid)
+            if st and st["warmup"] and r["family"] == st["label"] and r["count"] == st["count"]:
+                # the step's own row quotes the step's steady median, not a second "median" over every member
+                # (round-3 copy_bound: "step train_step ×6, median 101 ms" above "train_step ×6 median 102 ms")
+                each = f"steady median {fmt_ns(st['median_ns'])}"
             dev = f"  GPU {','.join(map(str, r['devices']))}" if r["devices"] and len(s["devices"]) > 1 else ""
             lines.append(f"  {indent}{name[:48]:<{50 - len(indent)}} {each:>17}  busy {r['busy_pct']:5.1f}%{dev}")
     if len(rows) > shown:
