@@ -249,7 +249,10 @@ def test_report_pacing_medians_are_summarys_medians(case):
     for who, fam, median in re.findall(r"^\| (\[\d+\] )?(.+?) \| \d+ \| (.+?) \|", _report(path), re.M):
         pids = [int(who.strip("[] "))] if several and who else [pid for pid, f in rows_of if f == fam]
         want = [m for pid in pids for m in rows_of.get((pid, fam), [])]
-        if len(want) == 1:
+        if median.endswith(" steady"):  # the step's own row: the step's steady median, as summary's step line
+            st = steps(_trace(path), pids[0]) if len(pids) == 1 else steps(_trace(path))
+            assert (fam, median) == (st.label, f"{fmt_ns(st.median_ns)} steady")
+        elif len(want) == 1:
             assert median == fmt_ns(want[0]), fam
 
 
@@ -458,3 +461,18 @@ def test_whatif_never_explains_a_gain_of_nothing_as_absorbed():
     out = whatif(_trace(str(DATA / "round3" / "island_fault.json.gz")), [parse_remove("copy")])
     assert not any("(0 ns) is absorbed" in n for n in out["notes"]), out["notes"]
     assert any("--scale" in n for n in out["notes"])  # the copies run on the device: scaling models them
+
+
+def test_summary_step_row_quotes_the_step_median(case):
+    """The step line and the step family's phase row print one median (round-3 copy_bound: "step
+    train_step ×6, median 101 ms" above "train_step ×6 median 102 ms", a median over the warm-up too)."""
+    path = str(_path(case))
+    text = summary_text(_trace(path))
+    st = steps(_trace(path))
+    if not st or not st.warmup:
+        return
+    from gaplens.analysis.units import fmt_ns
+
+    rows = [ln for ln in text.splitlines() if re.match(rf"^\s+{re.escape(st.label)} ×{st.count}\s", ln)]
+    for ln in rows:
+        assert f"steady median {fmt_ns(st.median_ns)}" in ln, ln
