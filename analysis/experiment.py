@@ -98,7 +98,7 @@ class Steady:
 
     label: str  # the step family, "" when the trace has no steps (then: the whole GPU window)
     count: int  # steady steps (0 without steps)
-    warmup: list[str]  # names of the steps set apart
+    warmup: list[str]  # the steps set apart, in words (``Steps.warmup_text``)
     time_ns: int  # the steady steps' time (as CUDA events time them), or the window
 
     @property
@@ -117,7 +117,8 @@ def steady(trace: Trace, st: Steps) -> Steady:
     if not st or not st.steady:
         w0, w1 = gpu_window(trace)
         return Steady("", 0, [], w1 - w0)
-    return Steady(st.label, len(st.steady), st.warmup, sum(st.spans[k][1] - st.spans[k][0] for k in st.steady))
+    warm = [st.warmup_text()] if st.warmup else []  # one phrase: names, or "the first N (...)"
+    return Steady(st.label, len(st.steady), warm, sum(st.spans[k][1] - st.spans[k][0] for k in st.steady))
 
 
 def gap_steps(trace: Trace, cols: GapColumns, st: Steps) -> np.ndarray:

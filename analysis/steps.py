@@ -110,6 +110,20 @@ class Steps:
         """The step time; without a step, the GPU window (what thresholds scale by)."""
         return self.median_ns if self.label else self.window_ns
 
+    def warmup_text(self, shown: int = 3) -> str:
+        """The warm-up steps in words. When they are the first N, say so: a count that restarts per
+        request repeats the names, and "warm-up decode_step 0 ... and 29 more" beside 32 steady steps
+        also named decode_step 0..31 (nsys_decode_eager) does not say which ones were set apart."""
+        idx = self.warmup_idx
+        if len(idx) > shown and idx == tuple(range(len(idx))):
+            return f"{self.names[0]} … {self.names[len(idx) - 1]}, the first {len(idx)}"
+        again = {self.names[k] for k in self.steady}
+        # a name that a steady step shares gets its position: "decode_step 0 (#1 of 64)"
+        named = [
+            f"{self.names[k]} (#{k + 1} of {self.count})" if self.names[k] in again else self.names[k] for k in idx
+        ]
+        return ", ".join(named[:shown]) + (f" and {len(named) - shown} more" if len(named) > shown else "")
+
     def steady_mask(self) -> np.ndarray:
         m = np.ones(self.count, dtype=bool)
         m[list(self.warmup_idx)] = False

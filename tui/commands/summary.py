@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gaplens.analysis.steps import steps
 from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace
@@ -57,7 +58,7 @@ def render_text(trace: Trace, top: int = 10) -> str:
         lines.append(f"trace lacks: {', '.join(s['lacks'])}")
     for w in s["warnings"]:
         lines.append(f"warning: {w}")
-    lines += step_lines(s)
+    lines += step_lines(s, trace)
     lines += phase_lines(s)
     for title, key in (
         ("top kernels", "top_kernels"),
@@ -80,24 +81,28 @@ def render_text(trace: Trace, top: int = 10) -> str:
     return "\n".join(lines)
 
 
-def step_line(step: dict) -> str:
-    """``train_step ×4, median 40.8 ms`` with the warm-up steps it set apart."""
+def step_line(step: dict, warm_text: str = "") -> str:
+    """``train_step ×4, median 40.8 ms`` with the warm-up steps it set apart (``warm_text``: them in words)."""
     text = f"{step['label']} ×{step['count']}, median {fmt_ns(step['median_ns'])}"
     warm = step["warmup"]
     if warm:
-        named = ", ".join(warm[:3]) + (f" and {len(warm) - 3} more" if len(warm) > 3 else "")
+        named = warm_text or ", ".join(warm[:3]) + (f" and {len(warm) - 3} more" if len(warm) > 3 else "")
         text += f" (warm-up set apart: {named})"
     return text
 
 
-def step_lines(s: dict) -> list[str]:
+def step_lines(s: dict, trace: Trace | None = None) -> list[str]:
     """The step (``analysis.steps``): one line, or one per process when several have steps."""
     if not s.get("step"):
         return []
+
+    def warm(pid: int | None) -> str:
+        return steps(trace, pid).warmup_text() if trace is not None else ""
+
     by_pid = s.get("step_by_process") or {}
     if len(by_pid) < 2:
-        return [f"step         {step_line(s['step'])}"]
-    return ["step", *(f"  process {pid}  {step_line(st)}" for pid, st in by_pid.items())]
+        return [f"step         {step_line(s['step'], warm(None))}"]
+    return ["step", *(f"  process {pid}  {step_line(st, warm(int(pid)))}" for pid, st in by_pid.items())]
 
 
 def _step_of(s: dict, pid: int) -> dict | None:
