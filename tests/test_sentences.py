@@ -476,3 +476,16 @@ def test_summary_step_row_quotes_the_step_median(case):
     rows = [ln for ln in text.splitlines() if re.match(rf"^\s+{re.escape(st.label)} ×{st.count}\s", ln)]
     for ln in rows:
         assert f"steady median {fmt_ns(st.median_ns)}" in ln, ln
+
+
+def test_warm_up_steps_are_named_so_they_can_be_told_apart(case):
+    """A count restarting per request repeats names: "warm-up set apart: decode_step 0, decode_step 1, ...
+    and 29 more" beside 32 steady steps also named decode_step 0..31 (nsys_decode_eager) names nothing."""
+    path = str(_path(case))
+    st = steps(_trace(path))
+    if not st.warmup:
+        return
+    steady_names = {st.names[k] for k in st.steady}
+    if set(st.warmup) & steady_names:
+        line = next(ln for ln in summary_text(_trace(path)).splitlines() if ln.startswith("step"))
+        assert "the first" in line or " of " in line or "process" in line, line
