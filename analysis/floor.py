@@ -391,25 +391,35 @@ def copy_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
                 "time_ns": 0,
                 "floor_ns": 0.0,
                 "device": int(trace.device_of_event()[f.gpu[j]]),
+                "unsized": 0,  # copies whose size the trace does not record (ROCm's gpu_memcpy has no bytes)
+                "sized_ns": 0,
             },
         )
         r["count"] += 1
-        r["bytes"] += int(f.bytes[j])
         r["time_ns"] += int(f.time_ns[j])
+        if np.isnan(f.bytes[j]):
+            r["unsized"] += 1
+            continue
+        r["bytes"] += int(f.bytes[j])
+        r["sized_ns"] += int(f.time_ns[j])
         r["floor_ns"] += 0.0 if np.isnan(f.floor_ns[j]) else float(f.floor_ns[j])
     rows = []
     for r in out.values():
         m = f.matches.get(r["device"])
         link = m.spec.link_bytes_per_s if m and m.spec else 0.0
-        r["bytes_per_s"] = r["bytes"] / r["time_ns"] * 1e9 if r["time_ns"] else None
+        sized_ns = r.pop("sized_ns")
+        r["bytes_per_s"] = r["bytes"] / sized_ns * 1e9 if sized_ns and r["bytes"] else None
         r["link_bytes_per_s"] = link or None
-        r["floor_ns"] = round(r["floor_ns"]) if link else None
+        r["floor_ns"] = round(r["floor_ns"]) if link and sized_ns else None
+        if r["unsized"] == r["count"]:
+            r["bytes"] = None
         pageable = "pageable" in r["name"].lower()
         slow = bool(link and r["bytes_per_s"] and r["bytes_per_s"] < SLOW_COPY_SHARE * link)
         r["note"] = ""
-        if slow and r["bytes"] < SMALL_COPY_BYTES * r["count"]:
+        n_sized = r["count"] - r["unsized"]
+        if slow and r["bytes"] < SMALL_COPY_BYTES * n_sized:
             r["note"] = (
-                f"{r['count']} copies of {fmt_bytes(r['bytes'] / r['count'])} on average: each is paced by "
+                f"{n_sized} copies of {fmt_bytes(r['bytes'] / n_sized)} on average: each is paced by "
                 "its latency, not the link; batch them or keep the values on the device"
             )
         elif slow:
@@ -422,6 +432,12 @@ def copy_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
                 f"{fmt_bytes(r['bytes'])} at {r['bytes_per_s'] / 1e9:.1f} GB/s on a link that peaks at "
                 f"{link / 1e9:.0f} GB/s ({m.spec.link if m and m.spec else 'host link'}): {what}"
             )
+        if r["unsized"] == r["count"]:
+            r["note"] = "the trace records no size for these copies: no rate, no floor"
+        elif r["unsized"]:
+            n = f"{r['unsized']} of these {r['count']}"
+            unsized = f"the trace records no size for {n} copies (left out of the rate)"
+            r["note"] = f"{r['note']}; {unsized}" if r["note"] else unsized
         rows.append(r)
     rows.sort(key=lambda r: -r["time_ns"])
     return rows

@@ -490,3 +490,31 @@ def test_nsys_emit_nvtx_shapes_give_gemm_flops_without_a_floor():
     assert att["flops"] is None  # causality is not in the range name: not guessed
     assert data["unsized_ns"] == 30_000
     assert any("no dtypes" in n and "record_shapes=True" in n for n in data["notes"])
+
+
+def test_rocm_copies_without_a_size_are_counted_never_a_crash(capsys):
+    """HTA's mi250_rocm: its two ``gpu_memcpy`` events carry no ``bytes`` arg (the size sits on the hipMemcpy
+    call). ``floor`` used to exit 1 (NaN bytes); the copy row now counts them, with their time and no rate."""
+    path = public("hta/mi250_rocm.json.gz")
+    raw = [e for e in _raw(path) if e.get("cat") == "gpu_memcpy"]
+    assert raw and all("bytes" not in e["args"] for e in raw)
+    assert main(["floor", str(path), "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["copies"]
+    assert row["count"] == row["unsized"] == len(raw) == 2
+    assert row["time_ns"] == pytest.approx(sum(e["dur"] * 1000 for e in raw), abs=len(raw))
+    assert row["bytes"] is None and row["bytes_per_s"] is None and row["floor_ns"] is None
+    assert main(["floor", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "the trace records no size for these copies" in out
+
+
+def test_copy_row_without_a_link_peak_says_so(capsys):
+    """HTA's gpu_user_annotation (Quadro GP100, no row in the table): the copy line names the missing link peak
+    instead of "of —"; bytes are the raw events' ``bytes`` args."""
+    path = public("hta/gpu_user_annotation.json.gz")
+    raw = [e for e in _raw(path) if e.get("name") == "Memcpy HtoD (Pageable -> Device)"]
+    assert main(["floor", str(path)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [x for x in out.splitlines() if x.strip().startswith("Memcpy HtoD (Pageable -> Device)") and "B " in x]
+    assert f"{sum(e['args']['bytes'] for e in raw)} B" in line and f" {len(raw)} " in line
+    assert "no link peak for this GPU" in line and "of —" not in line

@@ -148,9 +148,12 @@ def render_text(trace: Trace, data: dict) -> str:
         for c in data["copies"]:
             rate = _rate(c["bytes_per_s"], 1e9, "GB/s")
             link = _rate(c["link_bytes_per_s"], 1e9, "GB/s")
+            against = f"of {link}" if c["link_bytes_per_s"] else "; no link peak for this GPU"
+            rate = rate if c["bytes_per_s"] else "no rate"
+            size = fmt_bytes(c["bytes"]) if c["bytes"] is not None else "size ?"
             lines.append(
-                f"  {clean_text(c['name'])[:36]:<36} {c['count']:>5,} {fmt_bytes(c['bytes']):>10} "
-                f"{fmt_ns(c['time_ns']):>10}  {rate} of {link}"
+                f"  {clean_text(c['name'])[:36]:<36} {c['count']:>5,} {size:>10} "
+                f"{fmt_ns(c['time_ns']):>10}  {rate}{'' if against.startswith(';') else ' '}{against}"
             )
             if c["note"]:
                 lines.append(f"    {c['note']}")
