@@ -184,7 +184,9 @@ def mostly_blank(trace: Trace, gaps: list[Gap]) -> list[Finding]:
             ev,
             f"{len(on):,} blank regions on the critical path: the device computed nothing for {fmt_ns(blank)} "
             f"({100 * blank / max(w1 - w0, 1):.0f}% of the window), {100 * by_cause[cause] / blank:.0f}% of it "
-            f"because {CAUSE_WORDS[cause]}; none alone crosses the {SMELL_NAMES[kind]} threshold",
+            # the sentence already says the device computed nothing (saxpy: "... while the device computed nothing")
+            f"because {CAUSE_WORDS[cause].removesuffix(' while the device computed nothing')}; none alone crosses "
+            f"the {SMELL_NAMES[kind]} threshold",
             {"gaps": len(on), "blank_ns": blank, "cause": cause},
         )
     ]
