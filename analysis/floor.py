@@ -371,6 +371,8 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
         "median_ns": int(st.median_ns),
         "median_time_ns": int(np.median([r["time_ns"] for r in rows])),
         "median_floor_ns": int(np.median([r["floor_ns"] for r in rows])),
+        # the roof share is of the sized ops only: their time per step, beside the step's GPU-op time
+        "median_sized_ns": int(np.median([r["time_ns"] - r["unsized_ns"] for r in rows])),
         **{k: every[k] for k in ("bound", "efficiency", "excess")},
     }
 

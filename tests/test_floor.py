@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -518,3 +519,32 @@ def test_copy_row_without_a_link_peak_says_so(capsys):
     (line,) = [x for x in out.splitlines() if x.strip().startswith("Memcpy HtoD (Pageable -> Device)") and "B " in x]
     assert f"{sum(e['args']['bytes'] for e in raw)} B" in line and f" {len(raw)} " in line
     assert "no link peak for this GPU" in line and "of —" not in line
+
+
+_UNIT_NS = {"ns": 1, "µs": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def _ns(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * _UNIT_NS[unit]
+
+
+def test_step_line_says_the_roof_share_is_of_the_sized_ops_and_names_ops_whole(capsys):
+    """Round-3 copy_bound (no record_shapes): per step one pageable copy (meta.json: copy_in ~84.6 ms on CUDA events)
+    is sized, the ~16 ms of GEMMs are not. The step line gives the sized time beside the step's GPU-op time, its
+    roof share is floor / sized (not floor / all ops: 11 of 100 ms read as 13% before), and every op named above
+    the floor is a whole name of the raw events (it was cut to "Memcpy HtoD (Pageable -> Devi")."""
+    path = ROUND3 / "copy_bound.json.gz"
+    meta = json.loads((ROUND3 / "copy_bound.meta.json").read_text())["summary"]
+    assert main(["floor", str(path)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
+    m = re.search(r"GPU ops ([\d.]+ \S+) per step, sized ([\d.]+ \S+), against a floor of ([\d.]+ \S+) "
+                  r"\(medians; the sized ops reach (\d+)% of the roof", line)  # fmt: skip
+    assert m, line
+    ops, sized, floor, pct = _ns(m[1]), _ns(m[2]), _ns(m[3]), int(m[4])
+    assert sized == pytest.approx(meta["span_gpu_ms_median"]["copy_in"] * 1e6, rel=EVENT_SLACK)
+    assert sized < ops <= meta["step_gpu_ms_median"] * 1e6 * (1 + EVENT_SLACK)
+    assert abs(pct - 100 * floor / sized) <= 1.5  # medians of one copy per step: the share is floor / sized
+    raw_names = {e["name"] for e in _raw(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset", "kernel")}
+    named = re.findall(r"([A-Za-z][^,:]*?(?: \([^)]*\))?) [\d.]+ (?:ns|µs|ms|s)(?:,|$)", line.split("steps: ", 1)[1])
+    assert named and all(n in raw_names for n in named), named

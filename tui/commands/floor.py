@@ -15,6 +15,22 @@ from gaplens.tui.commands.common import load_trace, print_json
 MAX_OPS = 25
 #: Phase rows printed before "… N more".
 MAX_PHASES = 30
+#: An op name inside a sentence: room for "Memcpy HtoD (Pageable -> Device)" and an aten name; kernels' long
+#: template names are cut at a word boundary.
+NAME_IN_LINE = 64
+
+
+def short_name(text: object, limit: int) -> str:
+    """Clean one-line text of at most ``limit`` characters, cut at a word boundary with an ellipsis
+    (never mid-word: "Memcpy HtoD (Pinned -> Devic" read as a different name)."""
+    s = clean_text(text)
+    if len(s) <= limit:
+        return s
+    head = s[: limit - 1]
+    cut = max(head.rfind(c) for c in " (<,:")
+    if cut >= limit // 2:
+        head = head[:cut]
+    return head.rstrip(" (<,:") + "…"
 
 
 def add_parser(sub) -> None:
@@ -95,16 +111,21 @@ def render_text(trace: Trace, data: dict) -> str:
     if tot["excess"]:
         lines.append(
             "  time above the floor: "
-            + ", ".join(f"{clean_text(e['name'])[:40]} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"])
+            + ", ".join(
+                f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"]
+            )
         )
     st = data.get("step")
     if st and st["efficiency"] is not None:
-        ex = ", ".join(f"{clean_text(e['name'])[:28]} {fmt_ns(e['excess_ns'])}" for e in st["excess"])
+        ex = ", ".join(f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])}" for e in st["excess"])
+        whole = st["median_sized_ns"] >= st["median_time_ns"]
+        sized = "all sized" if whole else f"sized {fmt_ns(st['median_sized_ns'])}"
         lines.append(
             f"step {clean_text(st['label'])} ×{st['count']} ({st['steady']} steady, {fmt_ns(st['median_ns'])} each): "
-            f"GPU ops {fmt_ns(st['median_time_ns'])} against a floor of {fmt_ns(st['median_floor_ns'])} per step "
-            f"(median; {_pct(st['efficiency'])} of the roof, {st['bound'] or '—'}-bound)"
-            + (f"; above the floor: {ex}" if ex else "")
+            f"GPU ops {fmt_ns(st['median_time_ns'])} per step, {sized}, against a floor of "
+            f"{fmt_ns(st['median_floor_ns'])} (medians; the sized ops reach {_pct(st['efficiency'])} of the roof, "
+            f"{st['bound'] or '—'}-bound)"
+            + (f"; above the floor over the {st['steady']} steady steps: {ex}" if ex else "")
         )
     lever = data.get("lever")
     if lever:
@@ -117,9 +138,9 @@ def render_text(trace: Trace, data: dict) -> str:
             f"{'unsized':>10}  above the floor",
         ]
         for p in data["phases"][:MAX_PHASES]:
-            ex = ", ".join(f"{clean_text(e['name'])[:28]} {fmt_ns(e['excess_ns'])}" for e in p["excess"])
+            ex = ", ".join(f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])}" for e in p["excess"])
             lines.append(
-                f"  {clean_text(p['name'])[:28]:<28} {p['count']:>6,} {fmt_ns(p['time_ns']):>10} "
+                f"  {short_name(p['name'], 28):<28} {p['count']:>6,} {fmt_ns(p['time_ns']):>10} "
                 f"{fmt_ns(p['floor_ns']):>10} {_pct(p['efficiency']):>5} {p['bound'] or '—':<8} "
                 f"{fmt_ns(p['unsized_ns']):>10}  {ex}"
             )
@@ -137,9 +158,9 @@ def render_text(trace: Trace, data: dict) -> str:
         gbs = r["bytes"] / sized_ns * 1e9 if r["bytes"] and sized_ns else None
         floor = fmt_ns(r["floor_ns"]) if r["floor_ns"] is not None else "unsized"
         lines.append(
-            f"  {clean_text(r['name'])[:34]:<34} {r['dtype'] or '—':<5} {r['count']:>6,} {fmt_ns(r['time_ns']):>10} "
+            f"  {short_name(r['name'], 34):<34} {r['dtype'] or '—':<5} {r['count']:>6,} {fmt_ns(r['time_ns']):>10} "
             f"{floor:>10} {_pct(r['efficiency']):>5} {r['bound'] or '—':<8} {_rate(tflops, 1e12, ''):>8} "
-            f"{_rate(gbs, 1e9, ''):>8}  {clean_text(r['shape'])[:40]}"
+            f"{_rate(gbs, 1e9, ''):>8}  {short_name(r['shape'], 40)}"
         )
     if len(data["ops"]) > MAX_OPS:
         lines.append(f"  … {len(data['ops']) - MAX_OPS} more (--json)")
@@ -152,7 +173,7 @@ def render_text(trace: Trace, data: dict) -> str:
             rate = rate if c["bytes_per_s"] else "no rate"
             size = fmt_bytes(c["bytes"]) if c["bytes"] is not None else "size ?"
             lines.append(
-                f"  {clean_text(c['name'])[:36]:<36} {c['count']:>5,} {size:>10} "
+                f"  {short_name(c['name'], 36):<36} {c['count']:>5,} {size:>10} "
                 f"{fmt_ns(c['time_ns']):>10}  {rate}{'' if against.startswith(';') else ' '}{against}"
             )
             if c["note"]:
