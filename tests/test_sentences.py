@@ -136,7 +136,11 @@ def _raw_names(path: str) -> set[str]:
         src = tmp
     con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     try:
-        return {r[0] for r in con.execute("SELECT value FROM StringIds")}
+        names = {r[0] for r in con.execute("SELECT value FROM StringIds")}
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "NVTX_EVENTS" in tables:  # NVTX range names are stored inline, not in StringIds
+            names |= {r[0] for r in con.execute("SELECT DISTINCT text FROM NVTX_EVENTS WHERE text IS NOT NULL")}
+        return names
     finally:
         con.close()
 
@@ -489,3 +493,13 @@ def test_warm_up_steps_are_named_so_they_can_be_told_apart(case):
     if set(st.warmup) & steady_names:
         line = next(ln for ln in summary_text(_trace(path)).splitlines() if ln.startswith("step"))
         assert "the first" in line or " of " in line or "process" in line, line
+
+
+def test_no_tokenisation_advice_without_tokenising(case):
+    """Levers fit the workload seen: no "cache tokenisation" where no range or op names tokenising
+    (issue 19: a B200 training trace was told to cache tokenisation for an aten::addmm host op)."""
+    path = str(_path(case))
+    if any(re.search(r"tokeni[sz]", n, re.I) for n in _raw_names(path)):
+        return
+    wrong = [a for a in _advice(path) if re.search(r"tokeni[sz]", a, re.I)]
+    assert not wrong, wrong[:2]
