@@ -101,6 +101,7 @@ def test_comm_is_the_union_of_the_collective_kernels(traces, name):
     (dev,) = busy_share(trace).devices
     expected = union_ns(nccl)
     assert abs(dev.comm_ns - expected) <= 2 * len(nccl) + 2, (dev.comm_ns, expected)
+
     # The three classes from the raw events (DESIGN.md § Three classes of GPU work): copies are
     # memcpy/memset, compute every other kernel; exposed communication is comm not under compute.
     # (This used to pin exposed = busy - compute, which held only while copies counted as compute.)
@@ -441,3 +442,31 @@ def _percents(text: str) -> list[str]:
     import re
 
     return re.findall(r"(\d+)%", text)
+
+
+def test_gaps_table_cuts_shares_and_names_at_whole_entries(capsys):
+    """ddp_even_rank0's gap 4 has four causes ("profiler 38%, host 36%, comm 24%, launch 1%"): the shares
+    column cut it mid-number ("comm 2", read as 2%) and others after a comma. Every row's shares cell is now
+    the region's shares whole, or its first whole entries and "…"; each share is a CAUSES name and a percent."""
+    from gaplens.tui.cli import main
+
+    path = DATA / "ddp_even_rank0.json.gz"
+    assert main(["gaps", str(path), "--top", "40"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(x for x in out if "shares" in x and "cause" in x).index("shares")
+    rows = [x for x in out if "%" in x and x[:6].strip().isdigit()]
+    cols = gap_columns(loaded(str(path)))
+    full = [cols.gap(loaded(str(path)), int(k)).shares_text for k in cols.largest_first()[:40].tolist()]
+    assert len(rows) == len(full) == 40
+    cut = 0
+    for row, text in zip(rows, full, strict=True):
+        cell = row[at:]
+        if cell.startswith(text + " "):
+            continue
+        cut += 1
+        shown = cell.split(", …")[0]
+        assert ", …" in cell and text.startswith(shown + ", "), (cell, text)
+        for entry in shown.split(", "):
+            name, pct = entry.split()
+            assert name in CAUSES and pct.endswith("%") and pct[:-1].isdigit(), entry
+    assert cut >= 1  # gap 4 has more causes than the column holds

@@ -10,6 +10,7 @@ from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
 from gaplens.tui.commands.common import load_trace, print_json
+from gaplens.tui.commands.fit import short_name
 
 #: Op rows printed before "… N more" (the JSON has them all).
 MAX_OPS = 25
@@ -18,19 +19,6 @@ MAX_PHASES = 30
 #: An op name inside a sentence: room for "Memcpy HtoD (Pageable -> Device)" and an aten name; kernels' long
 #: template names are cut at a word boundary.
 NAME_IN_LINE = 64
-
-
-def short_name(text: object, limit: int) -> str:
-    """Clean one-line text of at most ``limit`` characters, cut at a word boundary with an ellipsis
-    (never mid-word: "Memcpy HtoD (Pinned -> Devic" read as a different name)."""
-    s = clean_text(text)
-    if len(s) <= limit:
-        return s
-    head = s[: limit - 1]
-    cut = max(head.rfind(c) for c in " (<,:")
-    if cut >= limit // 2:
-        head = head[:cut]
-    return head.rstrip(" (<,:") + "…"
 
 
 def add_parser(sub) -> None:

@@ -13,6 +13,10 @@ from gaplens.analysis.words import CAUSE_WORDS
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
 from gaplens.tui.commands.common import load_trace, output_file, print_json, write_output
+from gaplens.tui.commands.fit import fit_entries, short_name
+
+#: The shares column: four causes with two-digit shares ("host 74%, launch 19%, sync 6%, copy 1%").
+SHARES_WIDTH = 40
 
 
 def render_gaps(trace: Trace, gaps: list[Gap], top: int) -> str:
@@ -42,17 +46,18 @@ def _render(trace: Trace, counts: tuple[int, int, int], by_cause: dict[str, int]
         f"{total:,} blank regions, {fmt_ns(blank)} without compute ({split}); {on_count:,} on the critical path "
         f"({fmt_ns(on_ns)})",
         "",
-        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<10} {'shares':<30} "
+        f"  {'#':>3} {'GPU':>3} {'start':>10} {'length':>10} {'path':>4}  {'cause':<10} {'shares':<{SHARES_WIDTH}} "
         "phase / evidence",
     ]
     for k, g in enumerate(shown, 1):
         inner = innermost(device_phases(trace, g.device), g.start_ns, g.end_ns)
         phase = inner.name if inner is not None else ""
-        ev = ", ".join(trace.name(i)[:40] for i in _telling(g))
+        ev = ", ".join(short_name(trace.name(i), 40) for i in _telling(g))
         mark = " ●" if g.on_critical_path else ""
         lines.append(
             f"  {k:>3} {g.device:>3} {fmt_ns(g.start_ns):>10} {fmt_ns(g.dur_ns):>10} {mark:>4}  {g.cause:<10} "
-            f"{g.shares_text[:30]:<30} {phase[:30]}{' · ' if phase and ev else ''}{ev}"
+            f"{fit_entries(g.shares_text.split(', '), SHARES_WIDTH):<{SHARES_WIDTH}} {short_name(phase, 30)}"
+            f"{' · ' if phase and ev else ''}{ev}"
         )
         if g.message:
             lines.append(f"      {g.message}")
