@@ -158,12 +158,12 @@ def _describe(model: TimelineModel, sel: Selection) -> list[tuple[str, str]]:
 def _describe_gap(model: TimelineModel, g: Gap) -> list[tuple[str, str]]:
     t = model.trace
     readings = model.readings
-    title = "blank region"
+    title = ""  # the line's label already says "blank"
     if readings.largest is not None and g == readings.largest:
-        title += " · the largest on the critical path" if g.on_critical_path else " · the largest"
+        title = " · the largest on the critical path" if g.on_critical_path else " · the largest"
     lines = [
         # "GPU idle" only when nothing was asked (DESIGN.md § Idle vs starved); otherwise the device waited.
-        ("blank", f"{fmt_ns(g.dur_ns)} {title}" + (" · GPU idle: nothing was asked" if g.cause == "idle" else "")),
+        ("blank", f"{fmt_ns(g.dur_ns)}{title}" + (" · GPU idle: nothing was asked" if g.cause == "idle" else "")),
         ("time", _span(g.start_ns, g.end_ns)),
         ("device", f"GPU {g.device}"),
     ]
