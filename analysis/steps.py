@@ -274,7 +274,11 @@ def _main_steps(trace: Trace) -> Steps:
     work = _launches_by_pid(trace)
     order = {pid: k for k, pid in enumerate(found)}
     # The process that launches most GPU work (the first one on a tie): a front end is not the step.
-    return max(found.values(), key=lambda st: (work.get(st.pid, 0), -order.get(st.pid, 0)))
+    def rank(st: Steps) -> tuple[int, int]:
+        pid = -1 if st.pid is None else st.pid
+        return work.get(pid, 0), -order.get(pid, 0)
+
+    return max(found.values(), key=rank)
 
 
 def _launches_by_pid(trace: Trace) -> dict[int, int]:
