@@ -273,6 +273,7 @@ def _main_steps(trace: Trace) -> Steps:
         return next(iter(found.values()))
     work = _launches_by_pid(trace)
     order = {pid: k for k, pid in enumerate(found)}
+
     # The process that launches most GPU work (the first one on a tie): a front end is not the step.
     def rank(st: Steps) -> tuple[int, int]:
         pid = -1 if st.pid is None else st.pid
