@@ -167,9 +167,15 @@ def sample(name: str) -> Path:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache_dir(tmp_path_factory):
-    """Keep the trace cache of the test run out of the user's cache directory."""
+    """Keep the trace cache of the test run out of the user's cache directory.
+
+    Kept readings (analysis.persist) are off for the session: a test that changes a threshold and
+    reloads a trace must see the reading computed again, not one an earlier test kept.
+    tests/test_persist.py turns them on for its own traces.
+    """
     patch = pytest.MonkeyPatch()
     patch.setenv("GAPLENS_CACHE_DIR", str(tmp_path_factory.mktemp("gaplens-cache")))
+    patch.setenv("GAPLENS_READINGS_CACHE", "0")
     yield
     patch.undo()
 

@@ -93,11 +93,15 @@ def _computed(monkeypatch) -> list[str]:
 def _fresh(path):
     """The readings of a load that neither reads nor writes any cache: the reference."""
     memo.clear()
+    before = os.environ.get(persist.ENV)
     os.environ[persist.ENV] = "0"
     try:
         return _readings(load(path, use_cache=False))
     finally:
-        del os.environ[persist.ENV]
+        if before is None:
+            del os.environ[persist.ENV]
+        else:
+            os.environ[persist.ENV] = before
         memo.clear()
 
 
