@@ -89,6 +89,17 @@ def idle_ns(trace: Trace) -> int:
     return int((reg.end_ns[reg.idle] - reg.start_ns[reg.idle]).sum())
 
 
+@per_trace
+def idle_by_device(trace: Trace) -> dict[int, int]:
+    """``idle_ns`` per device: a multi-GPU window's summed idle can exceed the window, one device's cannot."""
+    reg = regions(trace)
+    out = {int(d.id): 0 for d in busy_share(trace).devices}
+    for d in np.unique(reg.device[reg.idle]).tolist():
+        m = reg.idle & (reg.device == d)
+        out[int(d)] = int((reg.end_ns[m] - reg.start_ns[m]).sum())
+    return out
+
+
 def active_compute_pct(trace: Trace) -> float:
     """Compute share of the time the devices were asked for work: what density verdicts use.
 

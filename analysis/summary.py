@@ -7,7 +7,7 @@ import numpy as np
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.phases import Phase, family_labels, phases, phases_busy_pct
-from gaplens.analysis.regions import active_compute_pct, idle_ns
+from gaplens.analysis.regions import active_compute_pct, idle_by_device, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.steps import steps, steps_by_process
 from gaplens.analysis.workload import kind as workload_kind
@@ -51,6 +51,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
                 "comm_ns": d.comm_ns,
                 "exposed_comm_ns": d.exposed_comm_ns,
                 "copy_ns": d.copy_ns,
+                "idle_ns": idle_by_device(trace).get(d.id, 0),
                 "window_ns": list(d.window_ns),
             }
         )

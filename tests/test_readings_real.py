@@ -470,3 +470,24 @@ def test_gaps_table_cuts_shares_and_names_at_whole_entries(capsys):
             name, pct = entry.split()
             assert name in CAUSES and pct.endswith("%") and pct[:-1].isdigit(), entry
     assert cut >= 1  # gap 4 has more causes than the column holds
+
+
+def test_idle_is_given_per_device_and_fits_each_device_s_window(traces):
+    """nsys_ddp_straggler (two ranks, one GPU each, a 6.08 s window): the summed idle (10.1 s) is more than
+    the window; ``summary --json`` now gives each device's own idle, which fits inside that device's span of
+    GPU work read from the raw CUPTI tables, and the devices' idles add up to ``gpu.idle_ns``."""
+    trace = traces("nsys_ddp_straggler.sqlite.gz")
+    con = sqlite3.connect(f"file:{_unpacked(DATA / 'nsys_ddp_straggler.sqlite.gz')}?mode=ro", uri=True)
+    span: dict[int, tuple[int, int]] = {}
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        for d, s, e in con.execute(f"SELECT deviceId, MIN(start), MAX(end) FROM {table} GROUP BY deviceId"):
+            lo, hi = span.get(d, (s, e))
+            span[d] = (min(lo, s), max(hi, e))
+    out = summary(trace)
+    devices = {d["id"]: d for d in out["devices"]}
+    assert set(devices) == set(span) == {0, 1}
+    assert sum(d["idle_ns"] for d in devices.values()) == out["gpu"]["idle_ns"]
+    gpu_window = max(e for _, e in span.values()) - min(s for s, _ in span.values())
+    assert out["gpu"]["idle_ns"] > gpu_window  # the sum over two GPUs: why each device needs its own
+    for d, (s, e) in span.items():
+        assert 0 < devices[d]["idle_ns"] <= e - s
