@@ -24,11 +24,31 @@ import numpy as np
 
 from gaplens.analysis.busy import compute_mask, device_splits
 from gaplens.analysis.critical_path import Edge, graph
+from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Trace
 
 BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
 MAJORITY = 0.5
+
+
+@per_trace
+def compute_ops_by_start(trace: Trace) -> dict[int | None, tuple[np.ndarray, np.ndarray]]:
+    """Compute ops and their starts, sorted by start, per device and (key None) over all devices.
+
+    A phase's ops are then two binary searches away: one pass over every event per phase made a
+    report on 10k ranges cost O(ranges x events) (12.7 s for 10k ranges on a small trace).
+    """
+    ops = np.flatnonzero(compute_mask(trace))
+    starts = trace.start_ns[ops]
+    order = np.argsort(starts, kind="stable")
+    ops, starts = ops[order], starts[order]
+    out: dict[int | None, tuple[np.ndarray, np.ndarray]] = {None: (ops, starts)}
+    dev = trace.device_of_event()[ops]
+    for d in np.unique(dev).tolist():
+        keep = dev == d
+        out[int(d)] = (ops[keep], starts[keep])
+    return out
 
 
 def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | None = None) -> dict:
@@ -38,11 +58,11 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     """
     gr = graph(trace)
     devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    ops = np.flatnonzero(compute_mask(trace))  # compute only: copies and collectives set no pace
-    if device is not None:
-        ops = ops[trace.device_of_event()[ops] == device]
-    m = (trace.start_ns[ops] >= t0) & (trace.start_ns[ops] < t1)
-    sel = ops[m]
+    # Compute only: copies and collectives set no pace.
+    none = np.empty(0, np.int64)
+    ops, starts = compute_ops_by_start(trace).get(device, (none, none))
+    lo, hi = np.searchsorted(starts, [t0, t1], side="left")
+    sel = ops[lo:hi]
     row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size), "device": device}
     dur = max(t1 - t0, 1) * max(len(devices), 1)
     splits = device_splits(trace)
