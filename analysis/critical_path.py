@@ -33,7 +33,7 @@ import numpy as np
 from gaplens.analysis.busy import gpu_work
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.waits import event_waits
+from gaplens.analysis.waits import latest_event_waits
 from gaplens.loaders.model import Trace
 
 
@@ -190,16 +190,11 @@ def build_graph(trace: Trace) -> Graph:
 
     # ---- cross-stream event waits -----------------------------------------------
     wait_src = np.full(g.size, -1, dtype=np.int64)
-    dst, src = event_waits(trace, ops)
+    dst, src = latest_event_waits(trace, ops)
     if dst.size:
-        # An op that waited on several events waited on the one whose op ended last.
-        last = np.lexsort((end[src], dst))
-        dst, src = dst[last], src[last]
-        keep = np.ones(dst.size, dtype=bool)
-        keep[:-1] = dst[1:] != dst[:-1]
         pos = np.empty(n, dtype=np.int64)
         pos[g] = np.arange(g.size)
-        wait_src[pos[dst[keep]]] = src[keep]
+        wait_src[pos[dst]] = src
     _infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
     wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
 

@@ -28,6 +28,19 @@ def event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return dst, src
 
 
+def latest_event_waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``event_waits`` with one pair per waiting op: an op that waited on several events waited
+    on the one whose op ended last (the critical path and the what-if replay read it so)."""
+    dst, src = event_waits(trace, ops)
+    if dst.size == 0:
+        return dst, src
+    last = np.lexsort((trace.end_ns[src], dst))
+    dst, src = dst[last], src[last]
+    keep = np.ones(dst.size, dtype=bool)
+    keep[:-1] = dst[1:] != dst[:-1]
+    return dst[keep], src[keep]
+
+
 def event_wait_rows(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(waiting op, awaited op, the stream-wait row) for the recorded stream waits: a gap's evidence."""
     none = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64))

@@ -135,7 +135,7 @@ def _base(trace: Trace) -> _Base:
     from gaplens.analysis.busy import gpu_work
     from gaplens.analysis.calls import Call, api_class
     from gaplens.analysis.critical_path import _infer_waits, graph
-    from gaplens.analysis.waits import event_waits
+    from gaplens.analysis.waits import latest_event_waits
 
     start, end = trace.start_ns, trace.end_ns
     ops = gpu_work(trace)
@@ -169,13 +169,9 @@ def _base(trace: Trace) -> _Base:
     pos = np.full(len(trace), -1, np.int64)
     pos[g] = np.arange(g.size)
     wsrc = np.full(g.size, -1, np.int64)
-    dst, src = event_waits(trace, ops)
+    dst, src = latest_event_waits(trace, ops)
     if dst.size:
-        last = np.lexsort((end[src], dst))
-        dst, src = dst[last], src[last]
-        keep = np.ones(dst.size, dtype=bool)
-        keep[:-1] = dst[1:] != dst[:-1]
-        wsrc[pos[dst[keep]]] = pos[src[keep]]
+        wsrc[pos[dst]] = pos[src]
     if g.size:
         inferred = np.where(wsrc >= 0, g[np.maximum(wsrc, 0)], -1)
         _infer_waits(trace, g, np.maximum(pe, arrive), inferred)
