@@ -22,7 +22,7 @@ QUESTIONS = {
     3: "Is the GPU mostly dense or mostly waiting? Which phase matters most?",
     4: "What is on the CPU side during this blank region?",
     5: "In your words: why did the device wait here?",
-    6: "Write the one experiment that would shrink this blank region.",
+    6: "Write the one experiment that would win back the most time per step (not only this blank region).",
 }
 
 SMELLS = ("picket_fence", "host_island", "copy_on_path", "sync_cliff")
