@@ -41,6 +41,9 @@ _CHILD = r"""
 import time
 t0 = time.perf_counter()
 import asyncio, json, sys
+from gaplens.tui.cli import main  # the CLI's own imports, paid by every `gaplens TRACE`
+from gaplens.tui.early import EarlyOpen
+early = EarlyOpen(sys.argv[1])  # as gaplens.tui.cli.run_tui does, before the app's imports
 from gaplens.tui.app import GaplensApp, make_app
 out = {}
 seen = GaplensApp.on_model_ready
@@ -51,7 +54,7 @@ def on_model_ready(self, msg):
     # Stamped once the screen has been drawn with this model.
     self.call_after_refresh(lambda: out.setdefault(key, time.perf_counter() - t0))
 GaplensApp.on_model_ready = on_model_ready
-app = make_app(sys.argv[1])
+app = make_app(sys.argv[1], early=early)
 async def main():
     async with app.run_test(size=SIZE) as pilot:
         while "readings" not in out:

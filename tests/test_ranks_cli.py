@@ -114,7 +114,7 @@ def test_the_viewer_takes_a_job(monkeypatch):
 
     seen = []
     monkeypatch.setattr(gaplens.tui.screens.job, "run_job_viewer", lambda paths: seen.append(("job", paths)) or 0)
-    monkeypatch.setattr(gaplens.tui.app, "run_app", lambda path: seen.append(("one", path)) or 0)
+    monkeypatch.setattr(gaplens.tui.app, "run_app", lambda path, early=None: seen.append(("one", path)) or 0)
     assert main(pair("ddp_even")) == 0
     assert main([str(DATA)]) == 0
     assert main([pair("ddp_even")[0]]) == 0

@@ -51,7 +51,7 @@ def test_version_prints_the_projects_version(capsys, flag):
 def test_unusable_trace_is_one_line_before_the_screen_switches(capsys, tmp_path, monkeypatch, make):
     """The viewer is never started (so the terminal never enters the alternate screen) for a bad path."""
     started: list[str] = []
-    monkeypatch.setattr("gaplens.tui.app.run_app", lambda path: started.append(path) or 0)
+    monkeypatch.setattr("gaplens.tui.app.run_app", lambda path, early=None: started.append(path) or 0)
     path = tmp_path / "nosuch.json"
     if make == "fifo":
         os.mkfifo(path)
@@ -66,7 +66,7 @@ def test_unusable_trace_is_one_line_before_the_screen_switches(capsys, tmp_path,
 
 def test_a_good_trace_still_reaches_the_viewer(monkeypatch, trace):
     started: list[str] = []
-    monkeypatch.setattr("gaplens.tui.app.run_app", lambda path: started.append(path) or 0)
+    monkeypatch.setattr("gaplens.tui.app.run_app", lambda path, early=None: started.append(path) or 0)
     assert main([str(trace)]) == 0 and started == [str(trace)]
 
 

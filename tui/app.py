@@ -29,6 +29,7 @@ from gaplens.loaders import TraceError, load
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.loaders.text import shorten
 from gaplens.tui.details import Details
+from gaplens.tui.early import EarlyOpen
 from gaplens.tui.finders import FinderApp
 from gaplens.tui.keys import KEYS, key_names
 from gaplens.tui.protocol import ProtocolApp
@@ -79,12 +80,15 @@ class GaplensApp(FinderApp, ProtocolApp):
     # The timeline binds q too; this one also works while a big trace is still loading.
     BINDINGS: ClassVar = [Binding("q", "quit", "quit", show=False)]
 
-    def __init__(self, source: str | Trace | TimelineModel, mono: bool | None = None) -> None:
+    def __init__(
+        self, source: str | Trace | TimelineModel, mono: bool | None = None, early: EarlyOpen | None = None
+    ) -> None:
         # NO_COLOR (set at all, as Textual reads it) means no colour: Textual's NoColor filter, which it
         # picks for ANSI colour; its default for truecolor themes, Monochrome, still sends greys.
         no_color = "NO_COLOR" in os.environ
         super().__init__(ansi_color=True if no_color else None)
         self.source = source
+        self.early = early  # a warm open's cache hit, model and readings, begun before these imports
         self.mono = no_color if mono is None else mono
         self.model: TimelineModel | None = None
         self.error: str | None = None
@@ -148,9 +152,14 @@ class GaplensApp(FinderApp, ProtocolApp):
             trace = model.trace
         try:
             if not isinstance(self.source, TimelineModel):
-                trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
+                early = self.early
+                trace = early.wait("trace") if early is not None else None
+                if trace is None:
+                    trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
+                    early = None  # its model and readings, if any, are not this trace's
                 self.post_message(LoadProgress("indexing", 1.0))
-                model = build_model(trace)
+                early_model = early.wait("model") if early is not None else None
+                model = early_model if early_model is not None else build_model(trace)
         except TraceError as exc:
             self.post_message(LoadFailed(str(exc)))
             return
@@ -163,7 +172,11 @@ class GaplensApp(FinderApp, ProtocolApp):
         if worker.is_cancelled:  # quit before the readings: skip seconds of work nobody will see
             return
         try:
-            self.post_message(ModelReady(with_readings(model, compute(trace)), final=True))
+            early = self.early if self.early is not None and self.early.trace is trace else None
+            readings = early.wait("readings") if early is not None else None
+            if readings is None:
+                readings = compute(trace)
+            self.post_message(ModelReady(with_readings(model, readings), final=True))
         except Exception as exc:
             self.post_message(LoadFailed(f"internal error in the readings: {type(exc).__name__}: {shorten(exc, 300)}"))
 
@@ -323,14 +336,16 @@ def ruler_span(vp: Viewport) -> str:
     return f"{fmt_ns(vp.span_ns)} ({fmt_ns(vp.ns_per_col)}/col)"
 
 
-def make_app(path_or_trace: str | Trace | TimelineModel, mono: bool | None = None) -> GaplensApp:
+def make_app(
+    path_or_trace: str | Trace | TimelineModel, mono: bool | None = None, early: EarlyOpen | None = None
+) -> GaplensApp:
     """The app for a trace path (loaded in a worker), a loaded Trace or a prepared view model."""
-    return GaplensApp(path_or_trace, mono=mono)
+    return GaplensApp(path_or_trace, mono=mono, early=early)
 
 
-def run_app(path: str) -> int:
+def run_app(path: str, early: EarlyOpen | None = None) -> int:
     """Run the viewer; the exit status follows the CLI contract (2: unusable input)."""
-    app = make_app(path)
+    app = make_app(path, early=early)
     # Our own loop: asyncio.run would end by joining the loading thread (shutdown_default_executor).
     loop = asyncio.new_event_loop()
     try:

@@ -113,8 +113,6 @@ def build_tui_parser() -> argparse.ArgumentParser:
 
 
 def run_tui(paths: list[str] | str | None) -> int:
-    from gaplens.tui.app import run_app
-
     paths = [paths] if isinstance(paths, str) else list(paths or [])
     if len(paths) > 1 or (paths and os.path.isdir(paths[0])):  # a job (issue 12)
         from gaplens.tui.screens.job import run_job_viewer
@@ -122,7 +120,12 @@ def run_tui(paths: list[str] | str | None) -> int:
         return run_job_viewer(paths)
     path = paths[0] if paths else bundled_sample()
     read_head(path, 16)  # missing, unreadable or not a file: one line (exit 2) before the screen switches
-    return run_app(path)
+    from gaplens.tui.early import EarlyOpen
+
+    early = EarlyOpen(path)  # a warm open's cache hit and readings, while the app's imports run
+    from gaplens.tui.app import run_app
+
+    return run_app(path, early)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,105 @@
+"""The warm open's early work (tui.early): what it serves is what the worker would have built, and a
+miss or a failure leaves the open to the worker, which reports errors as it always has."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gaplens.tui.app as app_module
+from gaplens.loaders import load
+from gaplens.tui.app import make_app
+from gaplens.tui.early import EarlyOpen
+from gaplens.tui.readings import compute
+from gaplens.tui.viewmodel import build_model
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def trace_path(tmp_path: Path) -> str:
+    path = tmp_path / "serving.json.gz"
+    shutil.copyfile(DATA / "serving.json.gz", path)
+    return str(path)
+
+
+def _run(app) -> None:
+    async def main() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            for _ in range(400):
+                if app.loaded and (app.error or (app.model is not None and not app.analysing)):
+                    break
+                await pilot.pause(0.02)
+
+    asyncio.run(main())
+
+
+def test_a_cached_trace_is_served_with_the_model_and_readings_the_worker_would_build(trace_path):
+    fresh = load(trace_path)  # the cache entry
+    early = EarlyOpen(trace_path)
+    trace = early.wait("trace")
+    assert trace is not None and trace is not fresh and len(trace) == len(fresh)
+    assert trace.meta.path == trace_path
+    model, readings = early.wait("model"), early.wait("readings")
+    assert model is not None and model.trace is trace
+    want = build_model(fresh)
+    assert model.window == want.window and model.extent == want.extent
+    assert np.array_equal(model.cum, want.cum) and np.array_equal(model.style, want.style)
+    expected = compute(fresh)
+    assert len(readings.gaps) == len(expected.gaps) > 0
+    assert np.array_equal(readings.gaps.start, expected.gaps.start)
+    assert np.array_equal(readings.gaps.on_path, expected.gaps.on_path)
+
+
+def test_the_viewer_takes_the_early_work_and_does_not_load_again(trace_path, monkeypatch):
+    load(trace_path)
+    early = EarlyOpen(trace_path)
+    early.wait("readings")
+
+    def no_second_load(*_args, **_kwargs):
+        raise AssertionError("the worker loaded the trace although the early open had it")
+
+    monkeypatch.setattr(app_module, "load", no_second_load)
+    monkeypatch.setattr(app_module, "compute", no_second_load)
+    app = make_app(trace_path, early=early)
+    _run(app)
+    assert app.error is None and app.model is not None and not app.analysing
+    assert app.model.trace is early.trace and len(app.model.readings.gaps) == len(early.readings.gaps)
+
+
+def test_a_cold_open_is_the_workers(trace_path):
+    early = EarlyOpen(trace_path)  # nothing cached yet
+    assert early.wait("trace") is None and early.wait("model") is None and early.wait("readings") is None
+    app = make_app(trace_path, early=early)
+    _run(app)
+    assert app.error is None and app.model is not None and not app.analysing
+    assert len(app.model.trace) == len(load(trace_path))
+
+
+def test_a_failing_stage_is_redone_by_the_worker(trace_path, monkeypatch):
+    load(trace_path)
+    import gaplens.tui.readings as readings_module
+
+    real = readings_module.compute
+    monkeypatch.setattr(readings_module, "compute", lambda trace: 1 / 0)
+    early = EarlyOpen(trace_path)
+    assert early.wait("trace") is not None and early.wait("model") is not None
+    assert early.wait("readings") is None  # it failed: left to the worker
+    monkeypatch.setattr(readings_module, "compute", real)
+    app = make_app(trace_path, early=early)
+    _run(app)
+    assert app.error is None and not app.analysing and len(app.model.readings.gaps) == len(compute(early.trace).gaps)
+
+
+def test_a_damaged_trace_is_reported_by_the_worker_in_one_line(tmp_path):
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    early = EarlyOpen(str(bad))
+    assert early.wait("readings") is None
+    app = make_app(str(bad), early=early)
+    _run(app)
+    assert app.error and "\n" not in app.error and app.return_code == 2
