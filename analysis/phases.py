@@ -24,6 +24,7 @@ domains) and PyTorch's own markers (``PYTORCH_MARKERS``) stay visible as rows bu
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -301,6 +302,65 @@ def innermost(found: list[Phase], t0: int, t1: int) -> Phase | None:
         if best_key is None or key > best_key:
             best, best_key = p, key
     return best
+
+
+#: Queries x phases per block of the vectorised lookups: a few arrays of this many int64 (~32 MB each).
+_LOOKUP_BLOCK = 1 << 22
+
+
+def _span_columns(found: list[Phase]) -> tuple[np.ndarray, ...]:
+    cols = np.asarray([(p.start_ns, p.end_ns, p.host_start_ns, p.host_end_ns, p.depth) for p in found], np.int64)
+    return tuple(cols.reshape(-1, 5).T)
+
+
+def _blocks(n_queries: int, n_phases: int) -> Iterator[slice]:
+    step = max(1, _LOOKUP_BLOCK // max(n_phases, 1))
+    for a in range(0, n_queries, step):
+        yield slice(a, min(a + step, n_queries))
+
+
+def innermost_each(found: list[Phase], t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """``innermost`` for many intervals at once: the index into ``found`` of each one's phase, or -1.
+
+    The smells ask it for every finding and the regions for every gap: one Python loop over the
+    phases per question was 0.3 s of a 1M-event trace's readings.
+    """
+    t0, t1 = np.asarray(t0, np.int64), np.asarray(t1, np.int64)
+    out = np.full(t0.size, -1, np.int64)
+    if not found or t0.size == 0:
+        return out
+    s, e, hs, he, depth = _span_columns(found)
+    for blk in _blocks(t0.size, len(found)):
+        a, b = t0[blk, None], t1[blk, None]
+        overlap = np.maximum(np.minimum(e, b) - np.maximum(s, a), np.minimum(he, b) - np.maximum(hs, a))
+        holds = ((s <= a) & (a < e)) | ((hs <= a) & (a < he))
+        cand = (overlap > 0) | holds
+        # The scalar loop's key, compared lexicographically: (holds half or the instant, depth, overlap).
+        first = (2 * overlap >= (b - a)) | ((b == a) & holds)
+        keep = cand & (first >= np.where(cand, first, False).max(axis=1, keepdims=True))
+        top = np.where(keep, depth, -1).max(axis=1, keepdims=True)
+        keep &= depth == top
+        low = np.iinfo(np.int64).min
+        keep &= overlap == np.where(keep, overlap, low).max(axis=1, keepdims=True)
+        got = keep.argmax(axis=1)  # the first phase in list order, as the loop keeps it on a tie
+        out[blk] = np.where(keep.any(axis=1), got, -1)
+    return out
+
+
+def holding_share_each(found: list[Phase], t0: np.ndarray, t1: np.ndarray, share: float) -> np.ndarray:
+    """For each [t0, t1): does one phase's GPU or host span hold at least ``share`` of it?"""
+    t0, t1 = np.asarray(t0, np.int64), np.asarray(t1, np.int64)
+    out = np.zeros(t0.size, bool)
+    if not found or t0.size == 0:
+        return out
+    s, e, hs, he, _ = _span_columns(found)
+    for blk in _blocks(t0.size, len(found)):
+        a, b = t0[blk, None], t1[blk, None]
+        need = share * (b - a)
+        gpu = np.minimum(e, b) - np.maximum(s, a) >= need
+        host = np.minimum(he, b) - np.maximum(hs, a) >= need
+        out[blk] = (gpu | host).any(axis=1)
+    return out
 
 
 def chain(found: list[Phase], inner: Phase) -> list[Phase]:

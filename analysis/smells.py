@@ -33,6 +33,7 @@ for a trace that replays graphs, the copy's own direction and memory kind).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,11 +41,11 @@ import numpy as np
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.experiment import first_calls
-from gaplens.analysis.gaps import Gap, analyse_gaps
+from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.levers import fitted_lever
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.memory import HOST_DEVICE, memory_rows
-from gaplens.analysis.phases import family, innermost, phases
+from gaplens.analysis.phases import family, holding_share_each, innermost_each, phases
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
@@ -119,8 +120,12 @@ class Finding:
         }
 
 
-def smells(trace: Trace, gaps: list[Gap] | None = None, st: Steps | None = None) -> list[Finding]:
-    """All four smells over the default window, in time order (the default reading is cached)."""
+def smells(trace: Trace, gaps: GapColumns | None = None, st: Steps | None = None) -> list[Finding]:
+    """All four smells over the default window, in time order (the default reading is cached).
+
+    ``gaps`` are analysed blank regions as columns (``gaps.gap_columns``): a 1M-event trace has
+    10^5 of them, and only the few a smell names become ``Gap`` objects.
+    """
     if gaps is None and st is None:
         return _default_smells(trace)
     return _smells(trace, gaps, st)
@@ -131,10 +136,10 @@ def _default_smells(trace: Trace) -> list[Finding]:
     return _smells(trace, None, None)
 
 
-def _smells(trace: Trace, gaps: list[Gap] | None, st: Steps | None) -> list[Finding]:
+def _smells(trace: Trace, gaps: GapColumns | None, st: Steps | None) -> list[Finding]:
     st = steps(trace) if st is None else st
     step_ns = max(st.step_ns, 1)
-    gaps = analyse_gaps(trace, evidence_top=0) if gaps is None else gaps
+    gaps = gap_columns(trace) if gaps is None else gaps
     path = critical_path(trace)
     cliffs = sync_cliffs(trace, path, gaps, step_ns)
     # A gap that is the idle half of a sync cliff is reported once, as the cliff.
@@ -148,46 +153,54 @@ def _smells(trace: Trace, gaps: list[Gap] | None, st: Steps | None) -> list[Find
         f.lever = fitted_lever(trace, f.kind, work, f.evidence if f.kind == "copy_on_path" else None)
         if f.numbers.get("warmup"):
             f.lever = WARMUP_LEVER
-        inner = innermost(device_phases(trace, f.device), f.start_ns, f.end_ns)
-        if inner is not None:
-            f.family, f.phase = family(inner.name), inner.event
+    for dev in sorted({f.device for f in out}):
+        mine = [f for f in out if f.device == dev]
+        found = device_phases(trace, dev)
+        at = innermost_each(found, np.asarray([f.start_ns for f in mine]), np.asarray([f.end_ns for f in mine]))
+        for f, k in zip(mine, at.tolist(), strict=True):
+            if k >= 0:
+                f.family, f.phase = family(found[k].name), found[k].event
     out.sort(key=lambda f: (f.start_ns, KINDS.index(f.kind)))
     return out
 
 
-def mostly_blank(trace: Trace, gaps: list[Gap]) -> list[Finding]:
+def mostly_blank(trace: Trace, gaps: GapColumns) -> list[Finding]:
     """One named finding for a trace whose critical path is mostly blank yet crossed no threshold.
 
     Many small gaps add up: 854 critical gaps idling 86% of the window are a finding even when
     none of them alone is an island or a fence. The dominant cause among them names the smell.
     """
-    on = [g for g in gaps if g.on_critical_path and g.cause in CAUSE_SMELL]
-    if not on:
+    on = np.flatnonzero(gaps.on_path & np.isin(gaps.cause, [CAUSES.index(c) for c in CAUSE_SMELL]))
+    if on.size == 0:
         return []
     w0, w1 = gpu_window(trace)
-    blank = sum(g.dur_ns for g in on)
+    dur = gaps.end_ns[on] - gaps.start_ns[on]
+    blank = int(dur.sum())
     if blank < MOSTLY_BLANK * max(w1 - w0, 1):
         return []
-    by_cause: dict[str, int] = {}
-    for g in on:
-        by_cause[g.cause] = by_cause.get(g.cause, 0) + g.dur_ns
+    codes = gaps.cause[on]
+    got = np.bincount(codes, weights=dur, minlength=len(CAUSES))
+    _, first = np.unique(codes, return_index=True)
+    # Causes in order of first appearance: a tie goes to the earlier one.
+    by_cause = {CAUSES[int(codes[i])]: int(got[codes[i]]) for i in np.sort(first).tolist()}
     cause = max(by_cause, key=lambda c: by_cause[c])
     kind = CAUSE_SMELL[cause]
-    biggest = sorted(on, key=lambda g: -g.dur_ns)[:BLANK_EVIDENCE_GAPS]
-    ev = [i for g in biggest for i in g.evidence[:2]]
+    biggest = on[np.argsort(-dur, kind="stable")[:BLANK_EVIDENCE_GAPS]]
+    # The ops around the largest regions, each once (adjacent regions share the op between them).
+    ev = list(dict.fromkeys(i for k in biggest.tolist() for i in gaps.gap(trace, k).evidence[:2]))
     return [
         Finding(
             kind,
-            min(g.start_ns for g in on),
-            max(g.end_ns for g in on),
-            on[0].device,
+            int(gaps.start_ns[on].min()),
+            int(gaps.end_ns[on].max()),
+            int(gaps.device[on[0]]),
             ev,
-            f"{len(on):,} blank regions on the critical path: the device computed nothing for {fmt_ns(blank)} "
+            f"{on.size:,} blank regions on the critical path: the device computed nothing for {fmt_ns(blank)} "
             f"({100 * blank / max(w1 - w0, 1):.0f}% of the window), {100 * by_cause[cause] / blank:.0f}% of it "
             # the sentence already says the device computed nothing (saxpy: "... while the device computed nothing")
             f"because {CAUSE_WORDS[cause].removesuffix(' while the device computed nothing')}; none alone crosses "
             f"the {SMELL_NAMES[kind]} threshold",
-            {"gaps": len(on), "blank_ns": blank, "cause": cause},
+            {"gaps": int(on.size), "blank_ns": blank, "cause": cause},
         )
     ]
 
@@ -304,18 +317,16 @@ def picket_fences(trace: Trace, st: Steps) -> list[Finding]:
     return out
 
 
-def host_islands(trace: Trace, gaps: list[Gap], st: Steps) -> list[Finding]:
-    from gaplens.analysis.causes import evidence, next_compute_ops
-
+def host_islands(trace: Trace, gaps: GapColumns, st: Steps) -> list[Finding]:
     limit = max(int(ISLAND_STEP_SHARE * st.step_ns), ISLAND_MIN_NS)
+    dur = gaps.end_ns - gaps.start_ns
+    pick = np.flatnonzero(gaps.on_path & (gaps.cause == CAUSES.index("host")) & (dur >= limit))
+    pick = pick[in_phases_each(trace, gaps.start_ns[pick], gaps.end_ns[pick])]
     out = []
-    for g in gaps:
-        if not (g.on_critical_path and g.cause == "host" and g.dur_ns >= limit):
-            continue
-        if not in_phases(trace, g.start_ns, g.end_ns):
-            continue
-        nxt = int(next_compute_ops(trace, np.asarray([g.device]), np.asarray([g.end_ns]))[0])
-        ev = g.evidence or evidence(trace, g, nxt)
+    for k in pick.tolist():
+        g = gaps.gap(trace, k)
+        nxt = int(gaps.next_op[k])  # the compute op that ended the region
+        ev = g.evidence
         host = g.shares.get("host", 0.0)
         share = step_share(st, g.start_ns, g.end_ns)
         of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
@@ -441,15 +452,16 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
     return out
 
 
-def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int) -> list[Finding]:
+def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int) -> list[Finding]:
     gr = graph(trace)
-    if gr.blocking.size == 0 or not gaps:
+    if gr.blocking.size == 0 or len(gaps) == 0:
         return []
     on_path = np.isin(gr.blocking, path.nodes)
     calls, waited = gr.blocking[on_path], gr.awaited[on_path]
     order = np.argsort(trace.end_ns[waited], kind="stable")
     calls, waited = calls[order], waited[order]
-    g_start = np.asarray([g.start_ns for g in gaps], np.int64)
+    g_start, g_end = gaps.start_ns.tolist(), gaps.end_ns.tolist()
+    g_on, g_dev = gaps.on_path.tolist(), gaps.device.tolist()
     limit = max(CLIFF_MIN_NS, int(CLIFF_STEP_SHARE * step_ns))
     merge = max(CLIFF_MERGE_NS, int(CLIFF_MERGE_SHARE * step_ns))
     raw: list[tuple[int, int, int, int, int, int]] = []  # (start, end, call, op, gap idx, device)
@@ -458,15 +470,15 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
         # The device drained when the awaited op ended; the gap starts then (or before the call returns),
         # or already holds that moment: a read-back copy is not compute, so the blank region after
         # ``.item()`` begins before the awaited copy ends.
-        k = int(np.searchsorted(g_start, t, "right")) - 1
-        if k < 0 or gaps[k].end_ns <= t:
+        k = bisect_right(g_start, t) - 1
+        if k < 0 or g_end[k] <= t:
             k += 1
-        while k < len(gaps) and gaps[k].start_ns <= trace.end_ns[c]:
-            g = gaps[k]
+        call_end = int(trace.end_ns[c])
+        while k < len(g_start) and g_start[k] <= call_end:
             # Only the part after the device drained is the device waiting for the host: a pageable
             # copy's own blank region (copies are not compute) ran before it (round-3 copy_bound).
-            if g.end_ns - max(g.start_ns, t) >= limit and g.on_critical_path:
-                raw.append((t, g.end_ns, c, w, k, g.device))
+            if g_end[k] - max(g_start[k], t) >= limit and g_on[k]:
+                raw.append((t, g_end[k], c, w, k, g_dev[k]))
                 break
             k += 1
     out: list[Finding] = []
@@ -475,7 +487,7 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
         block = int(trace.end_ns[c] - trace.start_ns[c])
         # Blocked while the device only communicated is waiting for a peer, not this sync's cost.
         in_comm = splits[dev].comm.busy_in(int(trace.start_ns[c]), int(trace.end_ns[c])) if dev in splits else 0
-        idle = gaps[k].end_ns - max(gaps[k].start_ns, t0)  # after the awaited op ended
+        idle = g_end[k] - max(g_start[k], t0)  # after the awaited op ended
         if out and t0 - out[-1].end_ns < merge and out[-1].device == dev:
             f = out[-1]
             f.end_ns = max(f.end_ns, t1)
@@ -483,19 +495,22 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: list[Gap], step_ns: int)
             f.numbers["syncs"] += 1
             f.numbers["blocked_ns"] += block
             f.numbers["blocked_in_comm_ns"] += in_comm
-            if gaps[k].start_ns not in f.numbers["_gap_starts"]:  # several syncs before one region count it once
+            if g_start[k] not in f.numbers["_gap_starts"]:  # several syncs before one region count it once
                 f.numbers["idle_after_ns"] += idle
-                f.numbers["_gap_starts"].append(gaps[k].start_ns)
+                f.numbers["_gap_starts"].append(g_start[k])
         else:
             numbers = {
                 "syncs": 1,
                 "blocked_ns": block,
                 "blocked_in_comm_ns": in_comm,
                 "idle_after_ns": idle,
-                "_gap_starts": [gaps[k].start_ns],
+                "_gap_starts": [g_start[k]],
             }
             out.append(Finding("sync_cliff", t0, t1, dev, [c, w], "", numbers))
-    out = [f for f in out if in_phases(trace, f.start_ns, f.end_ns)]
+    inside = in_phases_each(
+        trace, np.asarray([f.start_ns for f in out], np.int64), np.asarray([f.end_ns for f in out], np.int64)
+    )
+    out = [f for f, ok in zip(out, inside.tolist(), strict=True) if ok]
     for f in out:
         n = f.numbers
         first = f.evidence[0]
@@ -521,17 +536,12 @@ def _thread_of(trace: Trace, events: np.ndarray) -> np.ndarray:
     return np.where(ev >= 0, lane_code[trace.lane[np.maximum(ev, 0)]], -1)
 
 
-def in_phases(trace: Trace, t0: int, t1: int) -> bool:
-    """True when no phase is marked, or half of [t0, t1) lies in one phase's host or GPU span.
+def in_phases_each(trace: Trace, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """For each [t0, t1): no phase is marked, or half of it lies in one phase's host or GPU span.
 
     Start-up outside every marked phase (imports, model loading) is set-up, not a smell.
     """
     found = phases(trace)
     if not found:
-        return True
-    half = IN_PHASE_SHARE * (t1 - t0)
-    return any(
-        min(b, t1) - max(a, t0) >= half
-        for p in found
-        for a, b in ((p.start_ns, p.end_ns), (p.host_start_ns, p.host_end_ns))
-    )
+        return np.ones(np.asarray(t0).size, bool)
+    return holding_share_each(found, t0, t1, IN_PHASE_SHARE)

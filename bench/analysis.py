@@ -27,7 +27,7 @@ def _sample() -> Path | None:
 def readings(trace: Trace) -> dict[str, float]:
     """Time each reading from a cold cache, in the order the CLI runs them."""
     from gaplens.analysis import critical_path, memo
-    from gaplens.analysis.gaps import analyse_gaps
+    from gaplens.analysis.gaps import gap_columns
     from gaplens.analysis.smells import smells
 
     memo.clear()
@@ -37,7 +37,7 @@ def readings(trace: Trace) -> dict[str, float]:
     critical_path.critical_path(trace)
     out["critical path"] = time.perf_counter() - t
     t = time.perf_counter()
-    gaps = analyse_gaps(trace)
+    gaps = gap_columns(trace)
     out["gaps"] = time.perf_counter() - t
     t = time.perf_counter()
     smells(trace, gaps)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gaplens.analysis.gaps import analyse_gaps, largest_on_critical_path
+from gaplens.analysis.gaps import analyse_gaps, gap_columns, largest_on_critical_path
 from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.pacing import pacing
 from gaplens.analysis.phases import phases
@@ -52,7 +52,7 @@ def overlap(a0: int, a1: int, b0: int, b1: int) -> int:
 def smelly(request):
     tr = loaded(request.param)
     gaps = analyse_gaps(tr)
-    return tr, gaps, smells(tr, gaps)
+    return tr, gaps, smells(tr, gap_columns(tr))
 
 
 def test_tokenize_is_the_largest_blank_region_on_the_path_caused_by_host(smelly):

@@ -47,7 +47,7 @@ def _readings(trace) -> dict:
         "columns": gap_columns(trace),
         "gaps": gaps,
         "critical path": critical_path(trace),
-        "smells": smells(trace, gaps),
+        "smells": smells(trace, gap_columns(trace)),
         "phases": phases(trace),
         "steps": steps(trace),
         "summary": render_text(trace, 10),

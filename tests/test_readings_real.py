@@ -374,6 +374,18 @@ def test_a_mostly_blank_trace_always_names_a_finding():
     assert len(found) == 1 and found[0].kind == "host_island"
     assert "blank regions on the critical path: the device computed nothing for" in found[0].summary
     assert found[0].numbers["gaps"] >= 199 and found[0].numbers["cause"] == "host"
+    # Its evidence: the kernels around the largest regions (all equal here: the earliest three), each once.
+    trace = b.trace()
+    assert [trace.name(i) for i in found[0].evidence] == ["k0", "k1", "k2", "k3"]
+
+
+def test_a_mostly_blank_copy_trace_gets_the_lever_of_its_own_copies():
+    """saxpy's 11 on-path copy regions are pageable HtoD copies: the lever says so (it was the generic one)."""
+    trace = load(public("pipit/saxpy_mpi_nsys2022.2.sqlite"))
+    (found,) = smells(trace)
+    assert found.kind == "copy_on_path" and "none alone crosses" in found.summary
+    assert found.evidence and all(trace.name(i).startswith("Memcpy HtoD (Pageable") for i in found.evidence)
+    assert found.lever.startswith("HtoD (Pageable → Device) copies: allocate the host buffers pinned")
 
 
 # ---- 8. one number for one question ----------------------------------------------------------------------

@@ -1,0 +1,67 @@
+"""The vectorised phase lookups (``innermost_each``, ``holding_share_each``) answer exactly what the
+one-interval definitions answer, ties and instants included: the smells and the regions now ask
+them for every finding at once."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gaplens.analysis import phases as ph
+from gaplens.analysis.phases import Phase, holding_share_each, innermost, innermost_each
+
+T = st.integers(0, 60)
+
+
+@st.composite
+def phase_lists(draw) -> list[Phase]:
+    out = []
+    for k in range(draw(st.integers(0, 8))):
+        a, b = sorted((draw(T), draw(T)))
+        ha, hb = sorted((draw(T), draw(T)))
+        out.append(Phase(f"p{k}", ha, hb, a, b, draw(st.integers(0, 3)), k))
+    return out
+
+
+@st.composite
+def intervals(draw) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [sorted((draw(T), draw(T))) for _ in range(draw(st.integers(0, 12)))]
+    return np.asarray([p[0] for p in pairs], np.int64), np.asarray([p[1] for p in pairs], np.int64)
+
+
+def _holds_share(found: list[Phase], t0: int, t1: int, share: float) -> bool:
+    need = share * (t1 - t0)
+    return any(
+        min(b, t1) - max(a, t0) >= need
+        for p in found
+        for a, b in ((p.start_ns, p.end_ns), (p.host_start_ns, p.host_end_ns))
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(phase_lists(), intervals())
+def test_innermost_each_is_innermost_for_every_interval(found, iv):
+    t0, t1 = iv
+    got = innermost_each(found, t0, t1)
+    for k, (a, b) in enumerate(zip(t0.tolist(), t1.tolist(), strict=True)):
+        want = innermost(found, a, b)
+        assert (found[got[k]] if got[k] >= 0 else None) is want, (a, b)
+
+
+@settings(max_examples=400, deadline=None)
+@given(phase_lists(), intervals(), st.sampled_from([0.5, 0.25, 1.0]))
+def test_holding_share_each_is_the_scalar_rule(found, iv, share):
+    t0, t1 = iv
+    got = holding_share_each(found, t0, t1, share)
+    assert got.tolist() == [_holds_share(found, a, b, share) for a, b in zip(t0.tolist(), t1.tolist(), strict=True)]
+
+
+def test_blocks_cover_every_query_when_the_matrix_is_split(monkeypatch):
+    """Many queries against many phases are answered in blocks; none is skipped or answered twice."""
+    monkeypatch.setattr(ph, "_LOOKUP_BLOCK", 7)
+    found = [Phase(f"p{k}", 10 * k, 10 * k + 10, 10 * k, 10 * k + 10, 0, k) for k in range(5)]
+    t0 = np.arange(0, 50, 3, dtype=np.int64)
+    got = innermost_each(found, t0, t0 + 1)
+    assert got.tolist() == [int(t) // 10 for t in t0.tolist()]
+    assert holding_share_each(found, t0, t0 + 1, 0.5).all()
