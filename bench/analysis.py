@@ -1,6 +1,20 @@
-"""`python -m bench analysis`: gaps + critical path + smells on a real sample tiled in time to ~1M events.
+"""`python -m bench analysis`: the readings computed from scratch on real samples tiled in time to ~1M events.
 
-The budget (issue 4) is 2 s for the three readings of a 1M-event trace on the dev box.
+What a first open (or one after an upgrade of ``analysis/``) must compute before anything
+can be kept (``analysis.persist``), in the order the screens ask for them, each timed on
+top of the ones before (they share work through ``analysis.memo``):
+
+- **critical path**: the launch graph and the host segments the device waited on;
+- **blank regions**: every region with its cause, shares and critical-path flag (columns);
+- **phases** and **steps**: the user's ranges timed on the GPU, and the step owner;
+- **smells**: the four smells with their evidence and levers;
+- **summary**: busy / compute / communication / copies per device, top kernels and calls.
+
+Two samples: ``decode_eager`` (the shared H200 recording, when beside the checkout; many short
+kernels, ~170k blank regions at 1M events) and ``options_all`` (``tests/data``: record_shapes +
+with_stack, a training step). Target (issue 23): <= 1 s per 1M events for all of them, on the
+2-core dev box, judged on the first run (fresh arrays and page faults, as a first open meets
+them); the best of five and the process CPU time are printed beside it.
 """
 
 from __future__ import annotations
@@ -13,60 +27,66 @@ from gaplens.loaders import load
 from gaplens.loaders.model import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLE_CANDIDATES = (
-    ROOT / "samples" / "decode_eager.json.gz",
-    ROOT.parent / "shared" / "samples" / "decode_eager.json.gz",
+SAMPLES = (
+    ("decode_eager", ROOT.parent / "shared" / "samples" / "decode_eager.json.gz"),
+    ("options_all", ROOT / "tests" / "data" / "options_all.json.gz"),
 )
-BUDGET_S = 2.0
-
-
-def _sample() -> Path | None:
-    return next((p for p in SAMPLE_CANDIDATES if p.exists()), None)
+BUDGET_S = 1.0  # issue 23: readings that must be computed, per 1M events
+REPEATS = 5
 
 
 def readings(trace: Trace) -> dict[str, float]:
-    """Time each reading from a cold cache, in the order the CLI runs them."""
-    from gaplens.analysis import critical_path, memo
+    """Each reading's own seconds from a cold memo, in the order the screens ask for them."""
+    from gaplens.analysis import memo
+    from gaplens.analysis.critical_path import critical_path
     from gaplens.analysis.gaps import gap_columns
+    from gaplens.analysis.phases import phases
     from gaplens.analysis.smells import smells
+    from gaplens.analysis.steps import steps
+    from gaplens.analysis.summary import summary
 
     memo.clear()
+    steps_in_order = (
+        ("critical path", critical_path),
+        ("blank regions", gap_columns),
+        ("phases", phases),
+        ("steps", steps),
+        ("smells", smells),
+        ("summary", summary),
+    )
     out = {}
     c0 = time.process_time()
-    t = time.perf_counter()
-    critical_path.critical_path(trace)
-    out["critical path"] = time.perf_counter() - t
-    t = time.perf_counter()
-    gaps = gap_columns(trace)
-    out["gaps"] = time.perf_counter() - t
-    t = time.perf_counter()
-    smells(trace, gaps)
-    out["smells"] = time.perf_counter() - t
-    out["cpu"] = time.process_time() - c0  # robust to other processes sharing the box
-    out["gap count"] = len(gaps)
+    for name, fn in steps_in_order:
+        t = time.perf_counter()
+        fn(trace)
+        out[name] = time.perf_counter() - t
+    out["cpu"] = time.process_time() - c0
+    out["regions"] = len(gap_columns(trace))
     return out
 
 
 def run(args) -> None:
-    path = _sample()
-    if path is None:
-        print("analysis: decode_eager sample not found, skipped")
-        return
-    base = load(str(path))
-    target = 200_000 if getattr(args, "quick", False) else 1_000_000
-    t = time.perf_counter()
-    big = tile_to(base, target)
-    print(f"synthetic trace: {len(big):,} events ({path.name} tiled), built in {time.perf_counter() - t:.2f} s")
-    best: dict[str, float] = {}
-    for _ in range(1 if getattr(args, "quick", False) else 5):
-        r = readings(big)
-        for key, value in r.items():
-            best[key] = min(best.get(key, value), value)
-    total = best["critical path"] + best["gaps"] + best["smells"]
-    print(f"  blank regions: {int(best['gap count']):,}")
-    for key in ("critical path", "gaps", "smells"):
-        print(f"  {key:<14} {best[key]:.3f} s")
-    print(f"  (process CPU time of the three: {best['cpu']:.3f} s)")
-    budget = BUDGET_S * len(big) / 1_000_000
-    verdict = "within" if total <= budget else "OVER"
-    print(f"  total          {total:.3f} s  ({verdict} the budget of {budget:.2f} s = {BUDGET_S:.0f} s per 1M events)")
+    quick = bool(getattr(args, "quick", False))
+    target = 200_000 if quick else 1_000_000
+    for label, path in SAMPLES:
+        if not path.exists():
+            print(f"analysis: {label} sample not found ({path}), skipped")
+            continue
+        t = time.perf_counter()
+        big = tile_to(load(str(path), use_cache=False), target)
+        print(f"{label} tiled: {len(big):,} events, built in {time.perf_counter() - t:.2f} s")
+        runs = [readings(big) for _ in range(1 if quick else REPEATS)]
+        first, best = runs[0], {key: min(r[key] for r in runs) for key in runs[0]}
+        names = [key for key in first if key not in ("cpu", "regions")]
+        print(f"  blank regions: {int(first['regions']):,}")
+        print(f"  {'reading':<14} {'first':>7} {'best':>7}")
+        for key in names:
+            print(f"  {key:<14} {first[key]:7.3f} {best[key]:7.3f}")
+        total = sum(first[key] for key in names)  # the first run: fresh arrays, as a first open meets them
+        budget = BUDGET_S * len(big) / 1_000_000
+        verdict = "meets" if total <= budget else "MISSES"
+        print(
+            f"  total          {total:7.3f} {sum(best[key] for key in names):7.3f} s; first run "
+            f"{total / len(big) * 1e6:.2f} s per 1M events (process CPU {first['cpu']:.3f} s): "
+            f"{verdict} the target of {BUDGET_S:.0f} s per 1M events"
+        )
