@@ -13,7 +13,6 @@ import itertools
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 POOL = pa.system_memory_pool()
 # Arrow's primitive types as numpy dtypes. ``DataType.to_pandas_dtype`` imports pandas in
@@ -189,6 +188,8 @@ def _dictionary(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     Arrow's hash table in C++, with the GIL released: the parse threads classify their
     blocks side by side. Null rows get an unspecified code.
     """
+    import pyarrow.compute as pc  # here, not at the top: its import (~45 ms) would delay every warm open
+
     enc = pc.dictionary_encode(arr, memory_pool=POOL)
     indices = enc.indices
     codes = np.frombuffer(indices.buffers()[1], np.int32)[indices.offset : indices.offset + len(indices)]
