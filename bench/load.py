@@ -50,6 +50,8 @@ import zlib
 from pathlib import Path
 from types import ModuleType
 
+from bench.children import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 OPTIONS_ALL = ROOT / "tests" / "data" / "options_all.json.gz"
@@ -117,8 +119,7 @@ _CACHE = {"dir": ""}  # where the children keep reopen entries, apart from the u
 
 def _run_child(code: str, path: str, **extra_env: str) -> dict:
     """Run ``code`` in a fresh interpreter: its last line of output, as JSON."""
-    search = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env = dict(os.environ, PYTHONPATH=search, GAPLENS_CACHE_DIR=_CACHE["dir"], **extra_env)
+    env = child_env(GAPLENS_CACHE_DIR=_CACHE["dir"], **extra_env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.run([sys.executable, "-c", code, path], stdout=out, stderr=err, env=env, cwd=ROOT)
         out.seek(0)

@@ -22,11 +22,12 @@ Rows are the rows of the two tables (kernels + launch calls).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.children import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_COLUMNS = (
@@ -143,7 +144,7 @@ def measure(path: str, way: str) -> dict | None:
 
         if importlib.util.find_spec("adbc_driver_sqlite") is None:
             return None
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     out = subprocess.run(
         [sys.executable, "-m", "bench.nsys_paths", path, way], capture_output=True, text=True, env=env, cwd=ROOT
     )

@@ -29,6 +29,8 @@ import time
 import zlib
 from pathlib import Path
 
+from bench.children import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONS_ALL = ROOT / "tests" / "data" / "options_all.json.gz"
 DECODE = ROOT.parent / "shared" / "samples" / "decode_eager.json.gz"
@@ -64,9 +66,7 @@ print(json.dumps({"imports": t1 - t0, "hit": t2 - t1, "viewer": t3 - t2, "readin
 
 
 def _child(path: str, cache: str, keep: bool) -> dict:
-    env = dict(
-        os.environ, GAPLENS_CACHE_DIR=cache, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    )
+    env = child_env(GAPLENS_CACHE_DIR=cache)
     env["GAPLENS_READINGS_CACHE"] = "1" if keep else "0"
     out = subprocess.run([sys.executable, "-c", _CHILD, path], capture_output=True, text=True, env=env, cwd=ROOT)
     if out.returncode:

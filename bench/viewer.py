@@ -31,6 +31,8 @@ import time
 import zlib
 from pathlib import Path
 
+from bench.children import child_env
+
 ROOT = Path(__file__).resolve().parent.parent
 OPTIONS_ALL = ROOT / "tests" / "data" / "options_all.json.gz"
 SIZE = (120, 40)
@@ -69,8 +71,7 @@ print(json.dumps(out))
 
 
 def _open(path: str, cache: str, keep: bool) -> dict:
-    env = dict(os.environ, GAPLENS_CACHE_DIR=cache, GAPLENS_READINGS_CACHE="1" if keep else "0")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = child_env(GAPLENS_CACHE_DIR=cache, GAPLENS_READINGS_CACHE="1" if keep else "0")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT_S
