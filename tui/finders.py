@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gaplens.tui.screens.goto import TimeScreen
-from gaplens.tui.screens.lists import ListsScreen, Pick
-from gaplens.tui.screens.stats import StatsScreen
-
+# The screens (and the smells behind the lists) are imported when first opened, not with the app:
+# every warm open would pay ~25 ms for screens it may never show.
 if TYPE_CHECKING:
     from textual.app import App
 
     from gaplens.analysis.smells import Finding
+    from gaplens.tui.screens.lists import Pick
     from gaplens.tui.timeline import Timeline
     from gaplens.tui.viewmodel import TimelineModel
 
@@ -37,6 +36,8 @@ class FinderApp(_Host):
         def timeline(self) -> Timeline: ...
 
     def action_stats(self) -> None:
+        from gaplens.tui.screens.stats import StatsScreen
+
         if self.model is None:
             return
 
@@ -47,6 +48,8 @@ class FinderApp(_Host):
         self.push_screen(StatsScreen(self.model.trace), picked)
 
     def action_lists(self) -> None:
+        from gaplens.tui.screens.lists import ListsScreen
+
         model = self.model
         if model is None:
             return
@@ -70,6 +73,8 @@ class FinderApp(_Host):
         self.push_screen(screen, picked)
 
     def action_goto_time(self) -> None:
+        from gaplens.tui.screens.goto import TimeScreen
+
         if self.model is None:
             return
 

@@ -13,7 +13,6 @@ import numpy as np
 
 from gaplens.analysis.gaps import Gap
 from gaplens.analysis.phases import Phase
-from gaplens.analysis.smells import Finding
 from gaplens.loaders.model import Kind, clean_name
 from gaplens.tui.lanetree import DEPTH_CAP, Row, RowKind, group_of
 from gaplens.tui.viewport import Viewport
@@ -21,6 +20,7 @@ from gaplens.tui.viewport import Viewport
 if TYPE_CHECKING:
     from textual.scroll_view import ScrollView
 
+    from gaplens.analysis.smells import Finding  # only a type here: the smells load with the lists screen
     from gaplens.tui.viewmodel import TimelineModel
 
     # For the type checker the mixin is the widget it is mixed into (notify, app, refresh);

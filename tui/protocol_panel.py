@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,8 +12,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Static
 
-from gaplens.analysis.protocol import Step
 from gaplens.analysis.words import STEP_TITLES
+
+if TYPE_CHECKING:
+    from gaplens.analysis.protocol import Step  # a type only: the walk loads when the user opens it
 
 KEYS_HINT = "] next · [ back · e write · b note · m mark phase · B notes · E export · P close"
 #: Under the step's text when it does not fit (80×24: step 1's facts are cut): say so, and how to read on.
