@@ -37,6 +37,18 @@ SLOW_COPY_SHARE = 0.5
 SMALL_COPY_BYTES = 1 << 20
 #: Excess families listed per phase.
 TOP_EXCESS = 3
+#: Ops whose floor at the roof averages under this are paced by their own fixed cost, not by the roof:
+#: the smallest kernel, memset or copy takes ~2 µs or more on current GPUs, so an op with a floor under
+#: 5% of that cannot show more than a few percent of the roof however good it is; a 4-byte memset's
+#: "0% of the roof, memory-bound" says nothing true about it. (Small decode GEMVs, ~0.5 µs of floor in
+#: 3 µs, still read as a share of the roof: that share is their lever.)
+LATENCY_FLOOR_NS = 100
+
+
+def latency_paced(floor_ns: float, sized_count: int) -> bool:
+    """Sized ops whose mean floor is under ``LATENCY_FLOOR_NS``: their time is latency, not traffic or math."""
+    return sized_count > 0 and floor_ns / sized_count < LATENCY_FLOOR_NS
+
 
 _COPY_KINDS = {
     int(Kind.MEMCPY_HTOD): "link",
@@ -225,6 +237,7 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
                 "memory_ns": 0.0,
                 "sized_ns": 0.0,
                 "unsized_ns": 0.0,
+                "sized_kernels": 0,  # GPU ops with a floor (kernels, copies, memsets)
                 "shapes": {},
                 "longest": int(f.gpu[j]),
             }
@@ -251,6 +264,7 @@ def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = 
             g["unsized_ns"] += f.time_ns[j]
             continue
         g["sized_ns"] += f.time_ns[j]
+        g["sized_kernels"] += 1
         g["flops"] += f.flops[j]
         g["bytes"] += f.bytes[j]
         g["floor_ns"] += f.floor_ns[j]
@@ -324,6 +338,7 @@ def span_row(trace: Trace, sel: np.ndarray, gpu_spec: str | None = None) -> dict
         "floor_ns": round(floor_ns),
         "bound": _bound(comp, mem) if sized.size else None,
         "efficiency": _ratio(floor_ns, sized_ns) if sized.size else None,
+        "sized_count": int(sized.size),
         "unsized_ns": round(float(f.time_ns[sel].sum()) - sized_ns),
         "excess": [
             {"name": r["name"], "dtype": r["dtype"], "excess_ns": r["excess_ns"], "bound": r["bound"]} for r in excess
@@ -373,6 +388,7 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
         "median_floor_ns": int(np.median([r["floor_ns"] for r in rows])),
         # the roof share is of the sized ops only: their time per step, beside the step's GPU-op time
         "median_sized_ns": int(np.median([r["time_ns"] - r["unsized_ns"] for r in rows])),
+        "median_sized_count": int(np.median([r["sized_count"] for r in rows])),
         **{k: every[k] for k in ("bound", "efficiency", "excess")},
     }
 
@@ -634,9 +650,15 @@ def floor_lever(
     what = f"{top['bound']}-bound"
     if top["bound"] == "memory" and top["flops"] and top["bytes"] and top["flops"] / top["bytes"] < GEMV_INTENSITY:
         what += ", GEMV-like"
+    roof = f"{top['efficiency']:.0%} of the roof over {fmt_ns(top['sized_ns'])}"
+    if latency_paced(top["floor_ns"], top["sized_kernels"]):
+        # Tiny kernels: their time is launch-to-completion latency; a roof share would mislead.
+        what = "latency-bound"
+        roof = f"{top['sized_kernels']:,} kernels of {fmt_ns(top['sized_ns'] / top['sized_kernels'])} on average"
+        lever = "fuse it with its neighbours (torch.compile, a fused kernel) so the work runs as fewer, larger kernels"
     text = (
         f"{top['name']} ({top['dtype'] or 'no dtype'}, {what}) spends {fmt_ns(top['excess_ns'])} above its floor "
-        f"of {fmt_ns(top['floor_ns'])} ({top['efficiency']:.0%} of the roof over {fmt_ns(top['sized_ns'])}): {lever}"
+        f"of {fmt_ns(top['floor_ns'])} ({roof}): {lever}"
     )
     return FloorLever(
         top["name"],

@@ -548,3 +548,48 @@ def test_step_line_says_the_roof_share_is_of_the_sized_ops_and_names_ops_whole(c
     raw_names = {e["name"] for e in _raw(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset", "kernel")}
     named = re.findall(r"([A-Za-z][^,:]*?(?: \([^)]*\))?) [\d.]+ (?:ns|µs|ms|s)(?:,|$)", line.split("steps: ", 1)[1])
     assert named and all(n in raw_names for n in named), named
+
+
+def test_tiny_sized_ops_are_said_to_be_latency_paced_not_a_share_of_the_roof(capsys):
+    """Round-3 graphs_fault (no record_shapes): the only sized GPU ops are copies and memsets of a few bytes
+    (their sizes from the raw events' ``bytes``). They read "a floor of 0 ns (... 0% of the roof,
+    memory-bound)": nothing true about a 4-byte memset. Now the lines say they are small and paced by latency."""
+    from gaplens.analysis.floor import LATENCY_FLOOR_NS
+    from gaplens.analysis.gpuspecs import BUILTIN
+
+    path = ROUND3 / "graphs_fault.json.gz"
+    sized = [e for e in _raw(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset") and e.get("args", {}).get("bytes")]
+    assert sized and max(e["args"]["bytes"] for e in sized) <= 64  # 8-byte read-backs, 32-byte DtoD copies
+    # by hand: the largest of them at the H200's bandwidth is far under the latency floor
+    h200 = next(s for s in BUILTIN if s.key == "h200-sxm")
+    worst = max(e["args"]["bytes"] for e in sized)
+    assert max(2 * worst / h200.mem_bytes_per_s, worst / h200.link_bytes_per_s) * 1e9 < LATENCY_FLOOR_NS
+    assert main(["floor", str(path)]) == 0
+    out = capsys.readouterr().out
+    total = next(x for x in out.splitlines() if x.startswith("GPU ops "))
+    step = next(x for x in out.splitlines() if x.startswith("step "))
+    assert f"all small: {len(sized)} ops" in total and "paced by its own latency, not by the roof" in total
+    assert "their time is per-op latency, not the roof" in step
+    assert "of the roof," not in total + step and "memory-bound" not in total + step
+
+
+def test_ops_with_a_real_floor_keep_their_roof_share(capsys):
+    """options_all's decode GEMVs (~0.5 µs of floor each) still read as a share of the roof: that share is the lever."""
+    assert main(["floor", str(DATA / "options_all.json.gz")]) == 0
+    step = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step "))
+    assert re.search(r"the sized ops reach \d+% of the roof, memory-bound", step), step
+
+
+def test_a_latency_paced_kernel_family_gets_the_fusion_lever(monkeypatch):
+    """When the family with the most time above its floor is made of kernels whose floors are latency-sized,
+    the lever says so (count and mean time from the op rows) instead of a roof share and a bandwidth lever."""
+    import gaplens.analysis.floor as fl
+
+    trace = load(str(DATA / "options_all.json.gz"))
+    before = floor_lever(trace)
+    assert before is not None and "% of the roof" in before.text
+    monkeypatch.setattr(fl, "LATENCY_FLOOR_NS", 10**9)  # every family counts as latency-paced
+    after = floor_lever(trace)
+    row = next(r for r in op_rows(trace) if r["name"] == after.family and r["dtype"] == after.dtype)
+    assert "latency-bound" in after.text and "% of the roof" not in after.text
+    assert f"{row['sized_kernels']:,} kernels of" in after.text and "fewer, larger kernels" in after.text

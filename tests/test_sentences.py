@@ -34,6 +34,7 @@ from gaplens.analysis.summary import summary
 from gaplens.loaders import load
 from gaplens.loaders.model import Trace
 from gaplens.tui.commands.compare import render_text as compare_text
+from gaplens.tui.commands.floor import render_text as floor_text
 from gaplens.tui.commands.summary import render_text as summary_text
 from tests.conftest import BUNDLED, ROOT, shared_file
 
@@ -393,6 +394,18 @@ def test_no_dataloader_advice_without_a_dataloader(case):
     if any("DataLoader" in n for n in _raw_names(path)):
         return
     wrong = [a for a in _advice(path) if "DataLoader workers" in a]
+    assert not wrong, wrong[:2]
+
+
+def test_no_roof_share_for_ops_too_small_to_have_one(case):
+    """Copies and memsets of a few bytes have a floor of ~0 ns: "(0% of the roof, memory-bound)" said nothing
+    true about them (round-3 graphs_fault, nested_steps, island_*). Those lines now say the ops are paced by
+    their own latency; no floor sentence gives a roof share of 0%."""
+    from gaplens.analysis.floor import floor_json
+
+    trace = _trace(str(_path(case)))
+    text = floor_text(trace, floor_json(trace))
+    wrong = [line for line in text.splitlines() if re.search(r"\b0% of the roof|floor of 0 ns \(", line)]
     assert not wrong, wrong[:2]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gaplens.analysis.floor import floor_json
+from gaplens.analysis.floor import floor_json, latency_paced
 from gaplens.analysis.gpuspecs import DTYPES, SpecError, default_spec_path
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, TraceError
@@ -88,7 +88,13 @@ def render_text(trace: Trace, data: dict) -> str:
         lines += [f"note: {n}" for n in data["notes"]]
         lines.append("")
     sized = tot["time_ns"] - tot["unsized_ns"]
-    if sized > 0:
+    if sized > 0 and latency_paced(tot["floor_ns"], tot["sized_count"]):
+        lines.append(
+            f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured; sized {fmt_ns(sized)}, all small: "
+            f"{tot['sized_count']:,} ops with a floor of {fmt_ns(tot['floor_ns'])} in all, each paced by its own "
+            f"latency, not by the roof; unsized {fmt_ns(tot['unsized_ns'])}"
+        )
+    elif sized > 0:
         lines.append(
             f"GPU ops {tot['count']:,}: {fmt_ns(tot['time_ns'])} measured; sized {fmt_ns(sized)} with a floor of "
             f"{fmt_ns(tot['floor_ns'])} ({_pct(tot['efficiency'])} of the roof, {tot['bound'] or '—'}-bound); "
@@ -104,7 +110,14 @@ def render_text(trace: Trace, data: dict) -> str:
             )
         )
     st = data.get("step")
-    if st and st["efficiency"] is not None:
+    if st and st["efficiency"] is not None and latency_paced(st["median_floor_ns"], st["median_sized_count"]):
+        lines.append(
+            f"step {clean_text(st['label'])} ×{st['count']} ({st['steady']} steady, {fmt_ns(st['median_ns'])} each): "
+            f"GPU ops {fmt_ns(st['median_time_ns'])} per step; the sized ones are small ({st['median_sized_count']:,} "
+            f"ops, {fmt_ns(st['median_sized_ns'])}, a floor of {fmt_ns(st['median_floor_ns'])}; medians): "
+            "their time is per-op latency, not the roof"
+        )
+    elif st and st["efficiency"] is not None:
         ex = ", ".join(f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])}" for e in st["excess"])
         whole = st["median_sized_ns"] >= st["median_time_ns"]
         sized = "all sized" if whole else f"sized {fmt_ns(st['median_sized_ns'])}"
