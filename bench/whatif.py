@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from bench.analysis import _sample
+from bench.analysis import decode_sample
 from bench.tiling import tile_to
 from gaplens.loaders import load
 
@@ -24,7 +24,7 @@ def run(args) -> None:
     from gaplens.analysis import memo
     from gaplens.analysis.whatif import Change, whatif
 
-    path = _sample()
+    path = decode_sample()
     if path is None:
         print("whatif: decode_eager sample not found, skipped")
         return

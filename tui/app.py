@@ -153,10 +153,11 @@ class GaplensApp(FinderApp, ProtocolApp):
         try:
             if not isinstance(self.source, TimelineModel):
                 early = self.early
-                trace = early.wait("trace") if early is not None else None
-                if trace is None:
-                    trace = self.source if isinstance(self.source, Trace) else load(self.source, progress)
+                got: Trace | None = early.wait("trace") if early is not None else None
+                if got is None:
+                    got = self.source if isinstance(self.source, Trace) else load(self.source, progress)
                     early = None  # its model and readings, if any, are not this trace's
+                trace = got
                 self.post_message(LoadProgress("indexing", 1.0))
                 early_model = early.wait("model") if early is not None else None
                 model = early_model if early_model is not None else build_model(trace)
