@@ -44,8 +44,8 @@ import time
 t0 = time.perf_counter()
 import asyncio, json, sys
 from gaplens.tui.cli import main  # the CLI's own imports, paid by every `gaplens TRACE`
-from gaplens.tui.early import EarlyOpen
-early = EarlyOpen(sys.argv[1])  # as gaplens.tui.cli.run_tui does, before the app's imports
+from gaplens.tui.early import start
+early = start(sys.argv[1])  # as gaplens.tui.cli.run_tui does, before the app's imports
 from gaplens.tui.app import GaplensApp, make_app
 out = {}
 seen = GaplensApp.on_model_ready

@@ -103,3 +103,62 @@ def test_a_damaged_trace_is_reported_by_the_worker_in_one_line(tmp_path):
     app = make_app(str(bad), early=early)
     _run(app)
     assert app.error and "\n" not in app.error and app.return_code == 2
+
+
+@pytest.fixture
+def collector():
+    """Leave the test session's garbage collector as it was (enabled, nothing frozen)."""
+    import gc
+
+    yield gc
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_a_warm_open_pauses_the_collector_until_its_readings_are_drawn(trace_path, collector):
+    from gaplens.tui.early import start
+
+    load(trace_path)
+    frozen = collector.get_freeze_count()
+    early = start(trace_path)
+    assert not collector.isenabled()
+    early.wait("readings")
+    assert not collector.isenabled()  # still paused: the screen is not up yet
+    app = make_app(trace_path, early=early)
+    _run(app)
+    assert app.error is None and not app.analysing
+    assert collector.isenabled() and collector.get_freeze_count() > frozen  # start-up's objects set aside
+
+
+def test_a_cold_open_resumes_the_collector_before_it_parses(trace_path, collector):
+    from gaplens.tui.early import start
+
+    early = start(trace_path)  # nothing cached
+    assert early.wait("trace") is None
+    assert collector.isenabled() and collector.get_freeze_count() == 0
+
+
+def test_a_failed_open_resumes_the_collector(tmp_path, collector, monkeypatch):
+    import gaplens.tui.early as early_module
+
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    early = early_module.EarlyOpen(str(bad))
+    early.wait("readings")
+    collector.disable()  # paused, as if the miss had not resumed it yet: the failure must
+    monkeypatch.setitem(early_module._PAUSED, "gc", True)
+    app = make_app(str(bad), early=early)
+    _run(app)
+    assert app.error and collector.isenabled()
+
+
+def test_the_cli_never_leaves_the_collector_paused(trace_path, collector, monkeypatch):
+    """``gaplens TRACE`` pauses it before the app's imports; a viewer that ends without drawing readings
+    (here: never run) must not leave this process without a collector."""
+    import gaplens.tui.app
+    from gaplens.tui.cli import main
+
+    load(trace_path)  # warm: the early open keeps it paused
+    monkeypatch.setattr(gaplens.tui.app, "run_app", lambda path, early=None: early.wait("readings") and 0)
+    assert main([trace_path]) == 0
+    assert collector.isenabled()

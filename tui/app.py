@@ -29,7 +29,7 @@ from gaplens.loaders import TraceError, load
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.loaders.text import shorten
 from gaplens.tui.details import Details
-from gaplens.tui.early import EarlyOpen
+from gaplens.tui.early import EarlyOpen, started_up
 from gaplens.tui.finders import FinderApp
 from gaplens.tui.keys import KEYS, key_names
 from gaplens.tui.protocol import ProtocolApp
@@ -188,6 +188,7 @@ class GaplensApp(FinderApp, ProtocolApp):
         self._progress.update(progress=msg.fraction)
 
     def on_load_failed(self, msg: LoadFailed) -> None:
+        started_up()
         self.error = msg.error
         code = 1 if msg.error.startswith("internal error") else 2
         self.exit(code, return_code=code)
@@ -195,6 +196,8 @@ class GaplensApp(FinderApp, ProtocolApp):
     def on_model_ready(self, msg: ModelReady) -> None:
         self.model = msg.model
         self.analysing = not msg.final
+        if msg.final:
+            self.call_after_refresh(started_up)  # the readings are drawn: resume the paused collector
         if self._timeline is not None:
             self._timeline.set_model(msg.model)
         else:

@@ -120,12 +120,15 @@ def run_tui(paths: list[str] | str | None) -> int:
         return run_job_viewer(paths)
     path = paths[0] if paths else bundled_sample()
     read_head(path, 16)  # missing, unreadable or not a file: one line (exit 2) before the screen switches
-    from gaplens.tui.early import EarlyOpen
+    from gaplens.tui.early import start, started_up
 
-    early = EarlyOpen(path)  # a warm open's cache hit and readings, while the app's imports run
-    from gaplens.tui.app import run_app
+    early = start(path)  # a warm open's cache hit and readings, while the app's imports run
+    try:
+        from gaplens.tui.app import run_app
 
-    return run_app(path, early)
+        return run_app(path, early)
+    finally:
+        started_up(freeze=False)  # however the viewer ended, the collector is not left paused
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ worker to redo, so it reports the failure in the one place that does.
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,34 @@ if TYPE_CHECKING:
     from gaplens.loaders.model import Trace
     from gaplens.tui.readings import Readings
     from gaplens.tui.viewmodel import TimelineModel
+
+
+_PAUSED = {"gc": False}
+
+
+def start(path: str) -> EarlyOpen:
+    """Begin opening ``path`` with the cyclic garbage collector paused until the readings are on screen.
+
+    Start-up allocates hundreds of thousands of long-lived objects (modules, classes, Textual's
+    styles, the trace's names), and the collector traversed them again and again: 40-80 ms of a
+    warm open, and nothing it freed. ``started_up`` freezes what start-up built and resumes it. A
+    cold open resumes it at once (the cache missed): a parse of seconds leaves cyclic garbage
+    behind, and paused, a 4.74M-event open peaked 190 MB higher.
+    """
+    if gc.isenabled():
+        gc.disable()
+        _PAUSED["gc"] = True
+    return EarlyOpen(path)
+
+
+def started_up(freeze: bool = True) -> None:
+    """The first screen with readings is up (or the open failed): resume the collector paused by ``start``,
+    with what start-up built moved out of its way (``gc.freeze``: refcounting still frees it)."""
+    if _PAUSED["gc"]:
+        _PAUSED["gc"] = False
+        if freeze:
+            gc.freeze()
+        gc.enable()
 
 
 class EarlyOpen:
@@ -42,6 +71,7 @@ class EarlyOpen:
 
             trace, _damaged = cache.lookup_checked(self.path)  # a damaged entry: the worker rebuilds and says so
             if trace is None:
+                started_up(freeze=False)  # a cold open: the parse needs the collector
                 return
             trace.meta.path = self.path  # as the user spelled it, like ``loaders.load``
             self.trace = trace
