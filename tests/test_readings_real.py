@@ -438,6 +438,14 @@ def test_a_clock_offset_is_flagged(traces, shift_ns):
     check = clock_check(shifted)
     assert check is not None and abs(check.offset_ns - shift_ns) < 0.05 * abs(shift_ns)
     assert "clock offset" in summary(shifted)["clock"]["message"]
+    # The viewer's header flags it once the readings are attached (computed after the first frame).
+    from gaplens.tui.readings import compute
+    from gaplens.tui.viewmodel import build_model, with_readings
+
+    model = build_model(shifted)
+    assert "clock offset?" not in model.header()
+    assert "clock offset?" in with_readings(model, compute(shifted)).header()
+    assert "clock offset?" not in with_readings(build_model(trace), compute(trace)).header()
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------

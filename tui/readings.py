@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import Gap, GapColumns, gap_columns
 from gaplens.analysis.phases import Phase, phases
 from gaplens.loaders.model import Trace
@@ -59,6 +60,7 @@ class Readings:
     largest: Gap | None = None  # the largest on the critical path
     phases: list[Phase] = field(default_factory=list)
     analysed: bool = False  # False until the worker has computed the readings
+    clock_offset: bool = False  # host and device clocks disagree (``analysis.clock``): the header says so
 
     def marked(self) -> np.ndarray:
         """Indices of the gaps drawn on GPU rows: those on the critical path once that is known."""
@@ -71,4 +73,4 @@ def compute(trace: Trace) -> Readings:
     """Every reading the viewer needs, computed once per trace (in a worker)."""
     table = GapTable(trace, gap_columns(trace))
     k = table.cols.the_index() if table.cols is not None else -1
-    return Readings(table, table[k] if k >= 0 else None, phases(trace), True)
+    return Readings(table, table[k] if k >= 0 else None, phases(trace), True, clock_check(trace) is not None)

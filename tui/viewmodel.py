@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, busy_share, device_busy, gpu_window
-from gaplens.analysis.clock import clock_check
+from gaplens.analysis.busy import BusyShare, BusySpans, busy_share, device_busy, gpu_window
 from gaplens.analysis.gaps import Gap
 from gaplens.analysis.phases import Phase, phase_busy_pct
 from gaplens.analysis.units import fmt_ns
@@ -32,6 +31,7 @@ class TimelineModel:
     extent: tuple[int, int]  # everything drawn
     window: tuple[int, int]  # first to last GPU activity
     readings: Readings = field(default_factory=Readings)
+    share: BusyShare | None = None  # the header's busy numbers, computed with the model (off the UI thread)
     tree: list[Node] = field(default_factory=list)
     busy_rows: dict[int, RowData] = field(default_factory=dict)
     gap_rows: dict[int, RowData] = field(default_factory=dict)
@@ -65,7 +65,7 @@ class TimelineModel:
             where = f"phase {clean_name(phase.name)} {fmt_ns(phase.dur_ns)}"
             busy = [(5, f"GPU busy {phase_busy_pct(self.trace, phase):.1f}%")]
         else:
-            share = busy_share(self.trace)
+            share = self.share if self.share is not None else busy_share(self.trace)
             where = f"window {fmt_ns(self.window[1] - self.window[0])}"
             busy = [(5, f"GPU busy {share.busy_pct:.1f}%")]
             if share.comm_ns:
@@ -73,7 +73,7 @@ class TimelineModel:
             if share.profiler_pct >= 0.5:
                 busy.append((2, f"profiler {share.profiler_pct:.1f}%"))
         parts = [(3, self.title), (1, self.device_label), (4, where), *busy, (0, f"{len(self.trace):,} events")]
-        if clock_check(self.trace) is not None:
+        if self.readings.clock_offset:  # a reading: it comes with the blank regions, after the first frame
             parts.insert(1, (6, "clock offset?"))
         return parts
 
@@ -213,6 +213,9 @@ def build_model(trace: Trace) -> TimelineModel:
     model = TimelineModel(trace, cum, style, busy, extent, window)
     model.busy_rows = {d: RowData(b.start, b.end, b.end, b.cum, int(Style.BUSY)) for d, b in busy.items()}
     model.tree = build_tree(trace)
+    # The header's numbers, here in the worker: computed by the first header draw, they held the UI
+    # thread (and the first frame) for ~60 ms at 1.19M events.
+    model.share = busy_share(trace)
     return model
 
 
