@@ -181,8 +181,8 @@ class GaplensApp(FinderApp, ProtocolApp):
             early = self.early if self.early is not None and self.early.trace is trace else None
             readings = early.wait("readings") if early is not None else None
             if readings is None:
-                # Computed now, they would take the GIL from the first frame's mount and draw: a cold
-                # 1.19M-event open drew it ~0.15 s after the model was built. Draw first, then compute.
+                # Computed now, they would compete with the first frame's mount and draw for the GIL:
+                # the screen comes first, the readings stream in behind it.
                 self._first_drawn.wait(FIRST_FRAME_WAIT_S)
                 readings = compute(trace)
             self.post_message(ModelReady(with_readings(model, readings), final=True))
