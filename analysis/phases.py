@@ -291,17 +291,10 @@ def innermost(found: list[Phase], t0: int, t1: int) -> Phase | None:
     """The deepest phase that holds [t0, t1): covering at least half of it on its GPU or host span.
 
     Failing that, the one overlapping it most; ``t0 == t1`` asks for the phase holding an instant.
+    Ties go to the earlier phase in ``found``. One rule, in ``innermost_each``.
     """
-    best, best_key = None, None
-    for p in found:
-        overlap = max(min(p.end_ns, t1) - max(p.start_ns, t0), min(p.host_end_ns, t1) - max(p.host_start_ns, t0))
-        holds = p.start_ns <= t0 < p.end_ns or p.host_start_ns <= t0 < p.host_end_ns
-        if overlap <= 0 and not holds:
-            continue
-        key = (2 * overlap >= (t1 - t0) or (t1 == t0 and holds), p.depth, overlap)
-        if best_key is None or key > best_key:
-            best, best_key = p, key
-    return best
+    k = int(innermost_each(found, np.asarray([t0]), np.asarray([t1]))[0])
+    return found[k] if k >= 0 else None
 
 
 #: Queries x phases per block of the vectorised lookups: a few arrays of this many int64 (~32 MB each).

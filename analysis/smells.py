@@ -33,7 +33,6 @@ for a trace that replays graphs, the copy's own direction and memory kind).
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -460,25 +459,25 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int
     calls, waited = gr.blocking[on_path], gr.awaited[on_path]
     order = np.argsort(trace.end_ns[waited], kind="stable")
     calls, waited = calls[order], waited[order]
-    g_start, g_end = gaps.start_ns.tolist(), gaps.end_ns.tolist()
-    g_on, g_dev = gaps.on_path.tolist(), gaps.device.tolist()
+    g_start, g_end, g_on, g_dev = gaps.start_ns, gaps.end_ns, gaps.on_path, gaps.device
+    # Per awaited op, the last region starting at or before it ended (one search for all of them).
+    first = np.searchsorted(g_start, trace.end_ns[waited], "right") - 1
     limit = max(CLIFF_MIN_NS, int(CLIFF_STEP_SHARE * step_ns))
     merge = max(CLIFF_MERGE_NS, int(CLIFF_MERGE_SHARE * step_ns))
     raw: list[tuple[int, int, int, int, int, int]] = []  # (start, end, call, op, gap idx, device)
-    for c, w in zip(calls.tolist(), waited.tolist(), strict=True):
+    for c, w, k in zip(calls.tolist(), waited.tolist(), first.tolist(), strict=True):
         t = int(trace.end_ns[w])
         # The device drained when the awaited op ended; the gap starts then (or before the call returns),
         # or already holds that moment: a read-back copy is not compute, so the blank region after
         # ``.item()`` begins before the awaited copy ends.
-        k = bisect_right(g_start, t) - 1
         if k < 0 or g_end[k] <= t:
             k += 1
         call_end = int(trace.end_ns[c])
-        while k < len(g_start) and g_start[k] <= call_end:
+        while k < g_start.size and g_start[k] <= call_end:
             # Only the part after the device drained is the device waiting for the host: a pageable
             # copy's own blank region (copies are not compute) ran before it (round-3 copy_bound).
-            if g_end[k] - max(g_start[k], t) >= limit and g_on[k]:
-                raw.append((t, g_end[k], c, w, k, g_dev[k]))
+            if int(g_end[k]) - max(int(g_start[k]), t) >= limit and g_on[k]:
+                raw.append((t, int(g_end[k]), c, w, k, int(g_dev[k])))
                 break
             k += 1
     out: list[Finding] = []
@@ -487,7 +486,8 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int
         block = int(trace.end_ns[c] - trace.start_ns[c])
         # Blocked while the device only communicated is waiting for a peer, not this sync's cost.
         in_comm = splits[dev].comm.busy_in(int(trace.start_ns[c]), int(trace.end_ns[c])) if dev in splits else 0
-        idle = g_end[k] - max(g_start[k], t0)  # after the awaited op ended
+        g0 = int(g_start[k])
+        idle = int(g_end[k]) - max(g0, t0)  # after the awaited op ended
         if out and t0 - out[-1].end_ns < merge and out[-1].device == dev:
             f = out[-1]
             f.end_ns = max(f.end_ns, t1)
@@ -495,16 +495,16 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int
             f.numbers["syncs"] += 1
             f.numbers["blocked_ns"] += block
             f.numbers["blocked_in_comm_ns"] += in_comm
-            if g_start[k] not in f.numbers["_gap_starts"]:  # several syncs before one region count it once
+            if g0 not in f.numbers["_gap_starts"]:  # several syncs before one region count it once
                 f.numbers["idle_after_ns"] += idle
-                f.numbers["_gap_starts"].append(g_start[k])
+                f.numbers["_gap_starts"].append(g0)
         else:
             numbers = {
                 "syncs": 1,
                 "blocked_ns": block,
                 "blocked_in_comm_ns": in_comm,
                 "idle_after_ns": idle,
-                "_gap_starts": [g_start[k]],
+                "_gap_starts": [g0],
             }
             out.append(Finding("sync_cliff", t0, t1, dev, [c, w], "", numbers))
     inside = in_phases_each(
