@@ -174,11 +174,13 @@ def test_a_first_call_module_load_is_warm_up_not_a_fence():
 
 @pytest.mark.parametrize("factor", [0.5, 1.0, 1.5])
 def test_device_paced_share_does_not_flip_resnet(monkeypatch, factor):
-    """resnet50 (Kineto's 2021 sample): synchronisation holds ~98% of on-path blank time, which fills far more
-    than 5% of its steps; halving or raising the device-paced share by half keeps the verdict."""
+    """resnet50 (Kineto's 2021 sample): host work holds ~89% of on-path blank time (the DataLoader collating
+    each batch: 62 of each 64.7 ms region in the raw events; it read "sync" while the whole ``__next__`` op
+    counted as the synchronising op), which fills far more than 5% of its steps; halving or raising the
+    device-paced share by half keeps the verdict."""
     trace = load(public("kineto/resnet50_2021_06.pt.trace.json.gz"))
     monkeypatch.setattr(ex, "DEVICE_PACED_BLANK_SHARE", ex.DEVICE_PACED_BLANK_SHARE * factor)
-    assert ex.experiment.__wrapped__(trace).group == "sync"
+    assert ex.experiment.__wrapped__(trace).group == "host"
 
 
 @pytest.mark.parametrize(("pct", "group"), [(45.0, "device"), (90.0, "device"), (99.5, "device")])
