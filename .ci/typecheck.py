@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The import name → the repository folder, as pyproject's [tool.setuptools.package-dir] maps them.
-PACKAGE_DIRS = {"loaders": "loaders", "analysis": "analysis", "tui": "tui", "samples": "samples"}
+PACKAGE_DIRS = {"loaders": "loaders", "analysis": "analysis", "store": "store", "tui": "tui", "samples": "samples"}
 
 
 def package_tree(where: Path) -> Path:

@@ -1,8 +1,9 @@
 """Per-trace memoisation: a reading computed once while its Trace lives.
 
 Keyed by ``id(trace)`` with a weak reference to tell a live trace from a new one that
-reused the id. Results are shared: callers must not modify them. A trace that came from
-the cache also keeps its readings there (``analysis.persist``), so a reopen recomputes none.
+reused the id. Results are shared: callers must not modify them. Where the app or the CLI
+installed a keeper (``use_keeper``; ``gaplens.store.readings``), a trace that came from the cache
+also keeps its readings there, so a reopen recomputes none: the readings never touch disk themselves.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import functools
 import time
 import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from gaplens.loaders.model import Trace
 
@@ -19,9 +20,24 @@ R = TypeVar("R")
 _MEMOS: list[dict] = []
 
 
-def per_trace(fn: Callable[[Trace], R]) -> Callable[[Trace], R]:
-    from gaplens.analysis import persist
+class Keeper(Protocol):
+    """Readings kept beyond the process (``gaplens.store.readings``)."""
 
+    def recall(self, trace: Trace, reading: str) -> tuple[bool, Any]: ...
+
+    def keep(self, trace: Trace, reading: str, value: Any, compute_s: float) -> object: ...
+
+
+_KEEPER: Keeper | None = None
+
+
+def use_keeper(keeper: Keeper | None) -> None:
+    """Install (or, with None, remove) where computed readings are kept and recalled."""
+    global _KEEPER
+    _KEEPER = keeper
+
+
+def per_trace(fn: Callable[[Trace], R]) -> Callable[[Trace], R]:
     memo: dict[int, tuple[weakref.ref, R]] = {}
     _MEMOS.append(memo)
     reading = f"{fn.__module__}.{fn.__qualname__}"
@@ -31,11 +47,15 @@ def per_trace(fn: Callable[[Trace], R]) -> Callable[[Trace], R]:
         hit = memo.get(id(trace))
         if hit is not None and hit[0]() is trace:
             return hit[1]
-        found, result = persist.recall(trace, reading)
-        if not found:
+        keeper = _KEEPER
+        found, kept = keeper.recall(trace, reading) if keeper is not None else (False, None)
+        if found:
+            result: R = cast(R, kept)
+        else:
             t0 = time.perf_counter()
             result = fn(trace)
-            persist.keep(trace, reading, result, time.perf_counter() - t0)
+            if keeper is not None:
+                keeper.keep(trace, reading, result, time.perf_counter() - t0)
         memo[id(trace)] = (weakref.ref(trace), result)
         return result
 

@@ -39,12 +39,12 @@ import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
-from gaplens.analysis.experiment import first_calls
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.levers import fitted_lever
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.memory import HOST_DEVICE, memory_rows
 from gaplens.analysis.phases import family, holding_share_each, innermost_each, phases
+from gaplens.analysis.protocol.experiment import first_calls
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns

@@ -1,7 +1,7 @@
 """`python -m bench analysis`: the readings computed from scratch on real samples tiled in time to ~1M events.
 
 What a first open (or one after an upgrade of ``analysis/``) must compute before anything
-can be kept (``analysis.persist``), in the order the screens ask for them, each timed on
+can be kept (``store.readings``), in the order the screens ask for them, each timed on
 top of the ones before (they share work through ``analysis.memo``):
 
 - **critical path**: the launch graph and the host segments the device waited on;

@@ -121,8 +121,8 @@ def _preload() -> None:
     import gaplens.analysis.gaps
     import gaplens.analysis.smells
     import gaplens.analysis.summary
-    import gaplens.loaders.kineto
-    import gaplens.loaders.nsys
+    import gaplens.loaders.kineto.reader
+    import gaplens.loaders.nsys.reader
     import gaplens.tui.cli
     import gaplens.tui.commands.compare
     import gaplens.tui.commands.readings

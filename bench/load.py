@@ -26,7 +26,7 @@ For each, in one run:
   imports and all) divided by the events in the file.
 - **reopen**: in a fresh interpreter, a cache hit plus the readings of
   ``gaplens summary`` and of ``gaplens gaps`` (its top 20), per 1M events; the readings
-  are kept with the cache entry (``analysis.persist``), and the same reopen with them
+  are kept with the cache entry (``store.readings``), and the same reopen with them
   recomputed (``GAPLENS_READINGS_CACHE=0``, as before they were kept) is printed beside it.
 
 Targets (issues 11, 23): load <= 0.5 x floor (wall), <= 200 B/event, 0 slow-path events, reopen
@@ -83,7 +83,7 @@ _LOAD_CHILD = (
     + r"""
 import json, sys, time
 from gaplens.loaders import load
-from gaplens.loaders.kineto import LoadStats
+from gaplens.loaders.kineto.reader import LoadStats
 stats = LoadStats()
 t0, c0 = time.perf_counter(), time.process_time()
 trace = load(sys.argv[1], use_cache=False, stats=stats)
@@ -96,6 +96,8 @@ print(json.dumps({"s": elapsed, "cpu": cpu, "loaded": len(trace), "events": stat
 
 _REOPEN_CHILD = r"""
 import json, sys, time
+from gaplens import store
+store.install()
 from gaplens.loaders import load
 load(sys.argv[1])  # makes sure the entry exists (a miss when the loaders changed)
 from gaplens.analysis import memo
@@ -213,7 +215,7 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
     floor_cpu = gunzip_cpu + parsers_cpu[fastest]
     _run_child(_REOPEN_CHILD, path)  # writes the cache entry
     reopen = min((_run_child(_REOPEN_CHILD, path) for _ in range(repeats)), key=lambda r: r["s"])
-    # The same reopen with the readings recomputed, as before analysis.persist kept them.
+    # The same reopen with the readings recomputed, as before store.readings kept them.
     recomputed = min(
         (_run_child(_REOPEN_CHILD, path, GAPLENS_READINGS_CACHE="0") for _ in range(repeats)), key=lambda r: r["s"]
     )

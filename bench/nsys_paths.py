@@ -6,7 +6,7 @@ into one int64 numpy array per column, in a fresh interpreter, and reports its w
 time and the whole process's peak resident size (VmHWM, imports included). The ways:
 
 - ``pages``: the loader's ``Reader.ints`` with the hand-written page decoder
-  (``loaders/nsys_pages.py``, ``nsys_btree.py``, ``nsys_ints.py``), two threads.
+  (``loaders/nsys/pages.py``, ``nsys_btree.py``, ``nsys_ints.py``), two threads.
 - ``sql chunks``: the same ``Reader.ints`` through SQL (``nsys_chunks``: a ``group_concat``
   text per column and chunk of rowids parsed by numpy), two threads.
 - ``sqlite3``: plain ``sqlite3`` ``fetchmany`` of 64k rows into numpy, one thread.
@@ -47,7 +47,7 @@ def _peak() -> int:
 
 
 def _reader_ints(path: str, pages: bool) -> dict:
-    from gaplens.loaders import nsys_sql
+    from gaplens.loaders.nsys import sql as nsys_sql
 
     was, nsys_sql.PAGES = nsys_sql.PAGES, pages
     reader = nsys_sql.Reader(f"file:{path}?mode=ro")
@@ -98,7 +98,8 @@ def _adbc(path: str) -> dict:
 
 
 def _load(path: str, pages: bool) -> int:
-    from gaplens.loaders import load, nsys_sql
+    from gaplens.loaders import load
+    from gaplens.loaders.nsys import sql as nsys_sql
 
     was, nsys_sql.PAGES = nsys_sql.PAGES, pages
     try:
@@ -120,7 +121,7 @@ def read(path: str, way: str) -> dict:
 def child(path: str, way: str) -> dict:
     import numpy as np
 
-    from gaplens.loaders import nsys_sql  # imports paid before the clock, like numpy's
+    from gaplens.loaders.nsys import sql as nsys_sql  # imports paid before the clock, like numpy's
 
     del nsys_sql
     if way == "adbc":

@@ -80,8 +80,8 @@ def measure(paths: list[str], workers: int | None = None, dask: str | None = Non
     tracemalloc slows every allocation of this process, the Dask LocalCluster's scheduler included
     (it runs here), so throughput runs go without it.
     """
-    from gaplens.analysis.job import read_job
-    from gaplens.analysis.jobrun import open_job
+    from gaplens.analysis.job.reading import read_job
+    from gaplens.analysis.job.run import open_job
 
     os.environ["GAPLENS_CACHE_DIR"] = tempfile.mkdtemp(prefix="gaplens-bench-cache-")
     if memory:

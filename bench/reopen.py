@@ -1,4 +1,4 @@
-"""`python -m bench reopen`: the readings of a reopened trace, recomputed against kept (analysis.persist).
+"""`python -m bench reopen`: the readings of a reopened trace, recomputed against kept (store.readings).
 
 Two real samples tiled in time to ~1M events (``bench.synth``; ``--quick``: 100k): the
 ``record_shapes`` + ``with_stack`` capture (``tests/data/options_all.json.gz``) and, when the
@@ -39,13 +39,15 @@ READINGS_BUDGET_S = 1.0  # issue 23: readings that must be computed, per 1M even
 _CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from gaplens.analysis import persist
+from gaplens.store import readings as persist
 computed = []
 _keep = persist.keep
 def keep(trace, reading, value, compute_s):
     computed.append(reading)
     return _keep(trace, reading, value, compute_s)
 persist.keep = keep
+from gaplens import store
+store.install()
 from gaplens.loaders import load
 from gaplens.analysis.smells import smells
 from gaplens.tui.commands.readings import render_top_gaps

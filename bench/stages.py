@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=float, help="MB of JSON per block (default: the loader's)")
     args = parser.parse_args(argv)
 
-    from gaplens.loaders import jsonblocks, kineto
+    from gaplens.loaders.kineto import jsonblocks
+    from gaplens.loaders.kineto import reader as kineto
 
     if args.workers:
         kineto.WORKERS = args.workers

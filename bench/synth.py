@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 from gaplens.loaders.files import Source
-from gaplens.loaders.jsonblocks import Framed, frame_events
+from gaplens.loaders.kineto.jsonblocks import Framed, frame_events
 
 _TS = re.compile(rb'("ts": ?)(-?\d+)(?:\.(\d+))?')
 _CORR = re.compile(rb'("correlation": ?)(\d+)')
@@ -127,7 +127,7 @@ def tile(sample: str, copies: int, out: str) -> int:
 
 def synthetic(sample: str, min_events: int, folder: str | None = None) -> tuple[str, int]:
     """Path and event count of a tiled trace with at least ``min_events``, made once and kept."""
-    from gaplens.loaders.cache import cache_dir
+    from gaplens.store.cache import cache_dir
 
     base = Path(folder) if folder else cache_dir() / "bench"
     try:

@@ -13,7 +13,7 @@ waits for them):
 
 Three opens, in one run: **cold** (no gaplens cache: parse, build, compute and keep the
 readings), **warm, recomputed** (trace from the cache, readings kept off: what every warm
-open cost before ``analysis.persist``) and **warm** (trace and readings from the cache).
+open cost before ``store.readings``) and **warm** (trace and readings from the cache).
 Targets (issue 23): warm readings on screen in less time than a bare gunzip of the file;
 cold first frame <= 0.5x the bare parse floor (gunzip + orjson).
 """

@@ -37,6 +37,9 @@ __all__ = [
 
 def load(path, progress: Progress | None = None, use_cache: bool = True) -> Trace:
     """Open a Kineto JSON(.gz) or nsys SQLite(.gz) / .nsys-rep trace (cached after the first load)."""
+    from gaplens import store
+
+    store.install()
     return _load(path, progress=progress, use_cache=use_cache)
 
 

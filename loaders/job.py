@@ -1,7 +1,7 @@
 """Which files make a job: paths and folders expanded into trace files, each sniffed for its format.
 
 Only the first bytes of each file are read here; parsing happens per rank, in workers
-(``analysis.jobrun``). A file that is missing or not a trace is not an error for the job: it
+(``analysis.job.run``). A file that is missing or not a trace is not an error for the job: it
 is reported by name and the others are read. Kineto files and nsys reports in one job are an
 error, because nothing pairs their clocks or their collectives.
 """

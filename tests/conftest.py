@@ -19,6 +19,7 @@ from typing import NoReturn
 
 import pytest
 
+from gaplens import store
 from gaplens.loaders import load
 from gaplens.loaders.model import Trace
 
@@ -169,13 +170,14 @@ def sample(name: str) -> Path:
 def _private_cache_dir(tmp_path_factory):
     """Keep the trace cache of the test run out of the user's cache directory.
 
-    Kept readings (analysis.persist) are off for the session: a test that changes a threshold and
+    Kept readings (store.readings) are off for the session: a test that changes a threshold and
     reloads a trace must see the reading computed again, not one an earlier test kept.
     tests/test_persist.py turns them on for its own traces.
     """
     patch = pytest.MonkeyPatch()
     patch.setenv("GAPLENS_CACHE_DIR", str(tmp_path_factory.mktemp("gaplens-cache")))
     patch.setenv("GAPLENS_READINGS_CACHE", "0")
+    store.install()  # as the CLI and the viewer do: loads go through the trace cache
     yield
     patch.undo()
 

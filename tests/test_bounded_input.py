@@ -150,7 +150,7 @@ def test_a_query_that_never_ends_is_stopped(tmp_path, monkeypatch):
     import sqlite3
     import time
 
-    from gaplens.loaders import nsys_files
+    from gaplens.loaders.nsys import files as nsys_files
 
     path = _view_export(tmp_path)
     monkeypatch.setattr(nsys_files, "QUERY_DEADLINE_S", 0.5)
@@ -183,7 +183,7 @@ def _gzip_bomb(path, head: str, blanks: int, tail: str, blank: bytes = b" ") -> 
 )
 def test_a_gzip_blank_bomb_is_read_in_pieces(tmp_path, capsys, head, tail):
     from gaplens.loaders import files
-    from gaplens.loaders.jsonblocks import SQUEEZE, EventBlocks
+    from gaplens.loaders.kineto.jsonblocks import SQUEEZE, EventBlocks
 
     path = tmp_path / "bomb.json.gz"
     _gzip_bomb(path, head, 32 << 20, tail, blank=b" \n")
@@ -295,7 +295,7 @@ def test_a_wrong_dask_address_is_one_line(capsys, address):
 
 
 def test_dask_targets():
-    from gaplens.analysis.jobrun import dask_target
+    from gaplens.analysis.job.run import dask_target
 
     assert dask_target("local:3") == (3, "")
     assert dask_target("10.0.0.7:8786") == (0, "tcp://10.0.0.7:8786")
@@ -312,7 +312,7 @@ def test_a_port_that_answers_http_is_not_a_scheduler(monkeypatch):
     import http.server
     import threading
 
-    from gaplens.analysis import jobrun
+    from gaplens.analysis.job import run as jobrun
     from gaplens.loaders.model import TraceError
 
     monkeypatch.setattr(jobrun, "CONNECT_TIMEOUT_S", 1.0)
@@ -330,7 +330,7 @@ def test_a_port_that_answers_http_is_not_a_scheduler(monkeypatch):
 def test_a_scheduler_without_workers_is_one_line(monkeypatch):
     from dask.distributed import LocalCluster
 
-    from gaplens.analysis import jobrun
+    from gaplens.analysis.job import run as jobrun
     from gaplens.loaders.model import TraceError
 
     monkeypatch.setattr(jobrun, "WORKERS_TIMEOUT_S", 1.0)
@@ -347,7 +347,7 @@ def test_a_scheduler_without_workers_is_one_line(monkeypatch):
 def test_local_workers_are_capped_by_the_cores(monkeypatch):
     import dask.distributed
 
-    from gaplens.analysis import jobrun
+    from gaplens.analysis.job import run as jobrun
     from gaplens.loaders.model import TraceError
 
     asked = []
@@ -366,7 +366,7 @@ def test_local_workers_are_capped_by_the_cores(monkeypatch):
 
 def test_squeeze_knows_strings_across_chunks():
     """Blank runs inside a string that spans chunks (with escapes at the cuts) are kept; those outside go."""
-    from gaplens.loaders.jsonblocks import SQUEEZE, Squeeze
+    from gaplens.loaders.kineto.jsonblocks import SQUEEZE, Squeeze
 
     pad = b" " * (2 * SQUEEZE)
     full = b'{"a": "x' + pad + b'\\"' + pad + b"\\\\" + b'\\"' + pad + b'y", "b": 1,' + pad + pad + b'"c": 2}'
@@ -387,7 +387,7 @@ def test_squeeze_knows_strings_across_chunks():
 def test_no_first_result_in_time_is_one_line(monkeypatch):
     from dask.distributed import LocalCluster
 
-    from gaplens.analysis import jobrun
+    from gaplens.analysis.job import run as jobrun
     from gaplens.loaders.model import TraceError
 
     monkeypatch.setattr(jobrun, "FIRST_RESULT_TIMEOUT_S", 0.001)

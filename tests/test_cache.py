@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaplens.loaders import cache, load
+from gaplens.loaders import load
+from gaplens.store import cache
 from tests.conftest import sample
 
 COLUMNS = (*cache.COLUMNS, "row_lane", "row_depth", "row_offsets", "row_maxend")
@@ -152,7 +153,7 @@ def test_a_file_planted_at_the_unpack_name_is_never_read(tmp_path, monkeypatch):
     """The .sqlite.gz unpack cache is keyed by content and sealed: another database there is replaced."""
     import gzip
 
-    from gaplens.loaders import nsys_files
+    from gaplens.loaders.nsys import files as nsys_files
 
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
     data = Path("tests/data")

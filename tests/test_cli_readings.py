@@ -89,7 +89,7 @@ def test_report_to_stdout_and_unwritable_target(capsys, tmp_path):
 
 
 def test_report_quotes_saved_answers():
-    from gaplens.analysis.report import report_markdown
+    from gaplens.analysis.protocol.report import report_markdown
     from tests.conftest import loaded
 
     text = report_markdown(loaded("smells.json.gz"), notes={1: "Llama-ish, batch 4\nbf16", "6": "try pinned memory"})
@@ -104,7 +104,7 @@ def test_missing_file_exits_2(capsys, tmp_path, command):
 
 
 def test_report_on_traces_missing_a_side():
-    from gaplens.analysis.report import report_markdown
+    from gaplens.analysis.protocol.report import report_markdown
     from gaplens.loaders.events import EventColumns
     from gaplens.loaders.model import Device, Kind, LaneKind, Meta
 

@@ -12,9 +12,9 @@ import json
 import numpy as np
 import pytest
 
-from gaplens.analysis import experiment as ex
 from gaplens.analysis.levers import CopyKind, fitted_lever, launches, tokenises
-from gaplens.analysis.protocol import Walkthrough
+from gaplens.analysis.protocol import experiment as ex
+from gaplens.analysis.protocol.walk import Walkthrough
 from gaplens.analysis.smells import smells
 from gaplens.analysis.words import COMM_LEVER, LEVERS, WARMUP_LEVER
 from gaplens.analysis.workload import kind

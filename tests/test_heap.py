@@ -76,7 +76,7 @@ def test_many_threads_leaves_a_running_big_loads_trim_threshold(monkeypatch):
 
 @pytest.mark.parametrize(("workers", "fixed"), [(2, False), (8, True)])
 def test_a_kineto_load_on_many_threads_fixes_the_threshold(monkeypatch, workers, fixed):
-    from gaplens.loaders import kineto
+    from gaplens.loaders.kineto import reader as kineto
     from tests.conftest import sample
 
     fake = _FakeLibc()

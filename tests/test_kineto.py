@@ -185,7 +185,8 @@ def test_fallback_path_builds_the_same_trace(monkeypatch, name):
     """The per-event fallback (blocks Arrow refuses) gives exactly what the Arrow path gives."""
     import pyarrow as pa
 
-    from gaplens.loaders import kineto, load
+    from gaplens.loaders import load
+    from gaplens.loaders.kineto import reader as kineto
     from tests.conftest import sample
 
     fast = load(sample(name), use_cache=False)
@@ -236,7 +237,7 @@ _event = kineto_events(_names, st.one_of(st.integers(), _names, st.lists(st.inte
 )
 def test_framing_round_trips_any_layout(events, indent, separators, bare, block, ascii_only):
     """Re-framing rests on the JSON structure: any indentation, strings full of brackets."""
-    from gaplens.loaders.jsonblocks import Framed, frame_events
+    from gaplens.loaders.kineto.jsonblocks import Framed, frame_events
 
     doc = events if bare else {"schemaVersion": 1, "a": {"traceEvents": "[{"}, "traceEvents": events, "z": [1, {}]}
     text = json.dumps(doc, indent=indent, separators=separators, ensure_ascii=ascii_only).encode()

@@ -1,4 +1,6 @@
-"""Data flows one way: loaders ← analysis ← tui, and nothing below the viewer loads Textual or Rich.
+"""Data flows one way: loaders ← analysis ← store ← tui.
+
+No reading touches disk, and nothing below the viewer loads Textual or Rich.
 
 Two checks, as harlequin does it: every import statement in the source (function-level ones too)
 against the layer table, and a fresh interpreter that imports every headless module and then
@@ -16,9 +18,12 @@ import pytest
 from tests.conftest import ROOT
 
 #: What each layer must not import, from the project and from the UI libraries.
+#: ``store`` is the one place that touches disk besides reading the input; the loaders and the
+#: readings are handed what they need of it (``loaders.use_cache``, ``analysis.memo.use_keeper``).
 FORBIDDEN = {
-    "loaders": ("gaplens.analysis", "gaplens.tui", "textual", "rich"),
-    "analysis": ("gaplens.tui", "textual", "rich"),
+    "loaders": ("gaplens.analysis", "gaplens.store", "gaplens.tui", "textual", "rich"),
+    "analysis": ("gaplens.store", "gaplens.tui", "textual", "rich"),
+    "store": ("gaplens.tui", "textual", "rich"),
 }
 
 
@@ -50,10 +55,10 @@ def test_project_imports_use_the_one_import_name():
     """``from loaders import …`` works only from a checkout; installed, it is ``gaplens.loaders``."""
     bad = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
-        for folder in ("gaplens", "loaders", "analysis", "tui", "bench", "tests", "tracegen")
+        for folder in ("gaplens", "loaders", "analysis", "store", "tui", "bench", "tests", "tracegen")
         for path in sorted((ROOT / folder).rglob("*.py"))
         for line, name in imported_names(path)
-        if name.split(".")[0] in ("loaders", "analysis", "tui", "samples")
+        if name.split(".")[0] in ("loaders", "analysis", "store", "tui", "samples")
     ]
     assert not bad, "\n".join(bad)
 
@@ -62,7 +67,7 @@ def test_headless_modules_load_no_ui():
     modules = [
         "gaplens." + ".".join(path.relative_to(ROOT).with_suffix("").parts)
         for layer in FORBIDDEN
-        for path in sorted((ROOT / layer).glob("*.py"))
+        for path in sorted((ROOT / layer).rglob("*.py"))
         if path.name != "__init__.py"
     ]
     code = (
@@ -88,7 +93,7 @@ def test_the_load_path_never_reaches_pandas_through_pyarrow():
     imports pandas on an older pyarrow (as ``DataType.to_pandas_dtype`` did on 25) fails here too.
     """
     bad = []
-    for path in sorted((ROOT / "loaders").glob("*.py")):
+    for path in sorted((ROOT / "loaders").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         if rel in MAKES_DATAFRAMES:
             continue

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gaplens.analysis import notes as notes_mod
-from gaplens.analysis.notes import Notes, NotesStore, find_event, fingerprint, note_for_event, notes_markdown
+from gaplens.analysis.protocol.notes import Notes, find_event, note_for_event, notes_markdown
+from gaplens.store import notes as notes_mod
+from gaplens.store.notes import NotesStore, fingerprint
 from tests.conftest import ROOT, loaded, sample
 
 
@@ -191,7 +192,7 @@ _KILLER = textwrap.dedent(
     """
     import os, signal, sys
     sys.path.insert(0, {root!r})
-    from gaplens.analysis import notes as m
+    from gaplens.store import notes as m
     store = m.NotesStore({trace!r})
     n = store.load()
     for i in range(2000):
@@ -255,8 +256,8 @@ def test_markdown_holds_everything(trace_copy: Path) -> None:
 
 
 def test_notes_for_trace(trace_copy: Path) -> None:
-    from gaplens.analysis.notes import notes_for_trace
     from gaplens.loaders import load
+    from gaplens.store.notes import notes_for_trace
 
     trace = load(trace_copy)
     assert notes_for_trace(trace) is None

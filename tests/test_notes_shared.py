@@ -9,8 +9,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from gaplens.analysis.notes import Notes, NotesStore
-from gaplens.analysis.notes_merge import merge
+from gaplens.analysis.protocol.notes import Notes
+from gaplens.store.notes import NotesStore
+from gaplens.store.notes_merge import merge
 from tests.conftest import ROOT
 
 
@@ -71,7 +72,7 @@ _WRITER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {root!r})
-    from gaplens.analysis.notes import NotesStore
+    from gaplens.store.notes import NotesStore
     store = NotesStore({trace!r})
     notes = store.load()
     print("ready", flush=True)

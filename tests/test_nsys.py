@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind
-from gaplens.loaders.nsys_parts import api_display_name
+from gaplens.loaders.nsys.parts import api_display_name
 from tests.conftest import PUBLIC, SAMPLES, loaded, requires_shared, shared_file
 
 pytestmark = requires_shared

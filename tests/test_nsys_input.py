@@ -15,7 +15,7 @@ import pytest
 from bench.nsys_synth import make_export
 from gaplens.loaders import load
 from gaplens.loaders.model import Kind, LaneKind, TraceError
-from gaplens.loaders.nsys_files import export_command
+from gaplens.loaders.nsys.files import export_command
 from gaplens.tui.cli import main
 from tests.conftest import SAMPLES, missing_shared, public, requires_shared
 
@@ -79,7 +79,7 @@ def test_unreadable_paths(tmp_path, capsys):
 
 
 def test_locked_database(smells_copy, capsys, monkeypatch):
-    import gaplens.loaders.nsys_files as files
+    import gaplens.loaders.nsys.files as files
 
     monkeypatch.setattr(files, "BUSY_TIMEOUT_S", 0.05)
     writer = sqlite3.connect(smells_copy)

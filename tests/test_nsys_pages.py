@@ -13,11 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gaplens.loaders.nsys_pages as nsys_pages
-import gaplens.loaders.nsys_sql as nsys_sql
+import gaplens.loaders.nsys.pages as nsys_pages
+import gaplens.loaders.nsys.sql as nsys_sql
 from gaplens.loaders import load
-from gaplens.loaders.nsys_files import sqlite_uri
-from gaplens.loaders.nsys_sql import NULL, Drop, Int, Reader
+from gaplens.loaders.nsys.files import sqlite_uri
+from gaplens.loaders.nsys.sql import NULL, Drop, Int, Reader
 from tests.conftest import PUBLIC, ROOT, SAMPLES
 from tests.test_nsys_sql import _judge
 

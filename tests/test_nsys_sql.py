@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import gaplens.loaders.nsys_sql as nsys_sql
-from gaplens.loaders.nsys_files import sqlite_uri
-from gaplens.loaders.nsys_sql import NULL, Int, Reader
+import gaplens.loaders.nsys.sql as nsys_sql
+from gaplens.loaders.nsys.files import sqlite_uri
+from gaplens.loaders.nsys.sql import NULL, Int, Reader
 from gaplens.loaders.validate import int_or_none
 
 INT64 = st.integers(min_value=-(2**63) + 2, max_value=2**63 - 1)

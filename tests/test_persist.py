@@ -1,4 +1,4 @@
-"""Readings kept with the cache entry (analysis.persist): a reopen serves them unchanged and computes none;
+"""Readings kept with the cache entry (store.readings): a reopen serves them unchanged and computes none;
 a damaged, foreign or stale file is a miss and the reading is computed again."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaplens.analysis import memo, persist
+from gaplens.analysis import memo
 from gaplens.analysis.critical_path import critical_path
 from gaplens.analysis.gaps import analyse_gaps, gap_columns
 from gaplens.analysis.phases import phases
 from gaplens.analysis.smells import smells
 from gaplens.analysis.steps import steps
 from gaplens.loaders import load
+from gaplens.store import readings as persist
 from gaplens.tui.commands.readings import render_top_gaps
 from gaplens.tui.commands.summary import render_text
 
@@ -211,8 +212,12 @@ def test_a_rebuilt_entry_is_a_miss(trace_file, monkeypatch):
 
 
 def test_the_code_stamp_covers_every_analysis_file():
-    here = Path(persist.__file__).resolve().parent
-    assert (here / "gaps.py").is_file() and len(persist.code_stamp()) == 32
+    from gaplens import analysis
+
+    here = Path(analysis.__file__).resolve().parent
+    assert (here / "gaps.py").is_file() and (here / "floor" / "reading.py").is_file()
+    stamp = persist.code_stamp()
+    assert len(stamp) == 32
 
 
 def test_off_switch(trace_file, monkeypatch):

@@ -6,8 +6,8 @@ import pytest
 
 from gaplens.analysis.busy import gpu_window
 from gaplens.analysis.gaps import analyse_gaps, blank_regions
-from gaplens.analysis.notes import Notes
-from gaplens.analysis.protocol import Walkthrough, phase_rows
+from gaplens.analysis.protocol.notes import Notes
+from gaplens.analysis.protocol.walk import Walkthrough, phase_rows
 from gaplens.analysis.words import STEP_TITLES, busy_verdict
 from tests.conftest import loaded
 
@@ -110,7 +110,7 @@ def test_phase_rows_apply_renames_and_marks() -> None:
 
 def test_report_quotes_answers_once(smells: Walkthrough) -> None:
     """The viewer's export and `gaplens report` are one text: the walkthrough's steps, the user's words."""
-    from gaplens.analysis.report import report_markdown
+    from gaplens.analysis.protocol.report import report_markdown
 
     n = Notes()
     n.set_answer(1, "toy loop, batch 1")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaplens.analysis.notes import NotesStore
+from gaplens.store.notes import NotesStore
 from gaplens.tui.app import make_app
 from gaplens.tui.notes_panel import LineInput, NotesPanel
 from gaplens.tui.protocol_panel import ProtocolPanel
@@ -274,7 +274,7 @@ def test_evidence_is_cleared_when_protocol_closes(trace_copy: Path) -> None:
 _APP_KILLER = """
 import asyncio, os, signal, sys
 sys.path.insert(0, {root!r})
-from gaplens.analysis import notes as notes_mod
+from gaplens.store import notes as notes_mod
 from gaplens.tui.app import make_app
 from tests.pilot import readings_ready
 

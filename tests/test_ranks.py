@@ -18,10 +18,10 @@ import numpy as np
 import orjson
 import pytest
 
-from gaplens.analysis.align import best_shift
-from gaplens.analysis.job import JobReading
-from gaplens.analysis.jobrun import open_job
-from gaplens.analysis.straggler import STEP_SHARE
+from gaplens.analysis.job.align import best_shift
+from gaplens.analysis.job.reading import JobReading
+from gaplens.analysis.job.run import open_job
+from gaplens.analysis.job.straggler import STEP_SHARE
 from gaplens.loaders.model import Trace
 from tests.conftest import PUBLIC, missing_shared
 

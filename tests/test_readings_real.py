@@ -19,7 +19,7 @@ from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, analyse_gaps, gap_columns, the_gap
 from gaplens.analysis.phases import phases
-from gaplens.analysis.protocol import KERNEL_BOUND_PCT, Walkthrough
+from gaplens.analysis.protocol.walk import KERNEL_BOUND_PCT, Walkthrough
 from gaplens.analysis.regions import active_compute_pct
 from gaplens.analysis.smells import rollup, smells
 from gaplens.analysis.summary import summary
@@ -407,7 +407,7 @@ def test_busy_is_one_number_everywhere(traces, name):
 def test_one_gap_one_answer():
     """A trace with one 500 ns gap got three different answers from walkthrough, panel and report."""
     from gaplens.analysis.compare import read
-    from gaplens.analysis.report import report_markdown
+    from gaplens.analysis.protocol.report import report_markdown
     from tests.handbuilt import Builder
 
     b = Builder()
@@ -452,7 +452,7 @@ def test_a_clock_offset_is_flagged(traces, shift_ns):
 
 
 def _unpacked(path):
-    from gaplens.loaders.nsys_files import resolve
+    from gaplens.loaders.nsys.files import resolve
 
     db, _ = resolve(str(path), None)
     return db

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from gaplens.analysis.notes import Notes, NotesStore
-from gaplens.analysis.report import report_markdown
+from gaplens.analysis.protocol.notes import Notes
+from gaplens.analysis.protocol.report import report_markdown
 from gaplens.loaders import load
+from gaplens.store.notes import NotesStore
 from gaplens.tui.cli import main
 from tests.conftest import sample
 

@@ -26,8 +26,8 @@ import pytest
 
 from gaplens.analysis.compare import compare
 from gaplens.analysis.gaps import gap_columns
-from gaplens.analysis.protocol import Walkthrough
-from gaplens.analysis.report import report_markdown
+from gaplens.analysis.protocol.report import report_markdown
+from gaplens.analysis.protocol.walk import Walkthrough
 from gaplens.analysis.smells import smells
 from gaplens.analysis.steps import steps
 from gaplens.analysis.summary import summary
@@ -401,7 +401,7 @@ def test_no_roof_share_for_ops_too_small_to_have_one(case):
     """Copies and memsets of a few bytes have a floor of ~0 ns: "(0% of the roof, memory-bound)" said nothing
     true about them (round-3 graphs_fault, nested_steps, island_*). Those lines now say the ops are paced by
     their own latency; no floor sentence gives a roof share of 0%."""
-    from gaplens.analysis.floor import floor_json
+    from gaplens.analysis.floor.reading import floor_json
 
     trace = _trace(str(_path(case)))
     text = floor_text(trace, floor_json(trace))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gaplens.analysis.job import read_job
+from gaplens.analysis.job.ranks import read_ranks
+from gaplens.analysis.job.reading import read_job
 from gaplens.analysis.phases import PYTORCH_MARKERS, is_library_range, is_pytorch_marker, phases
-from gaplens.analysis.ranks import read_ranks
 from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR, common_step, numbered, steps, warmup_of
 from gaplens.analysis.summary import summary
 from gaplens.loaders import load

@@ -214,7 +214,7 @@ def test_good_outputs_are_written_whole_with_no_temp_left(capsys, trace, tmp_pat
 
 def test_pinning_a_note_writes_nothing_beside_the_trace(capsys, trace):
     """The CLI side of the notes home: a report reads notes, and no file appears in the trace's folder."""
-    from gaplens.analysis.notes import NotesStore
+    from gaplens.store.notes import NotesStore
 
     store = NotesStore(trace)
     notes = store.load()

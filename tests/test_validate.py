@@ -108,7 +108,7 @@ def test_ints_stay_int64() -> None:
 
 
 def test_decimal_column_past_int64_is_unusable_not_wrapped() -> None:
-    from gaplens.loaders.kineto_cols import _time
+    from gaplens.loaders.kineto.cols import _time
 
     arr = pa.array([Decimal("1.5"), Decimal("9300000000000000.5"), None, Decimal("-2")], pa.decimal128(38, 9))
     ns, ok = _time(arr, 9)

@@ -25,6 +25,7 @@ from textual.timer import Timer
 from textual.widgets import Footer, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
+from gaplens import store
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders import TraceError, load
 from gaplens.loaders.model import Trace, clean_name
@@ -160,6 +161,7 @@ class GaplensApp(FinderApp, ProtocolApp):
                 early = self.early
                 got: Trace | None = early.wait("trace") if early is not None else None
                 if got is None:
+                    store.install()
                     got = self.source if isinstance(self.source, Trace) else load(self.source, progress)
                     early = None  # its model and readings, if any, are not this trace's
                 trace = got

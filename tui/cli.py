@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
+from gaplens import store
 from gaplens.loaders import TraceError
 from gaplens.loaders.files import read_head
 from gaplens.loaders.text import shorten
@@ -133,6 +134,7 @@ def run_tui(paths: list[str] | str | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    store.install()
     try:
         if argv and argv[0] in COMMANDS:
             args = build_parser().parse_args(argv)
@@ -148,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gaplens {version()}")
             return 0
         if args.notes_beside:
-            from gaplens.analysis.notes import BESIDE_ENV
+            from gaplens.store.notes import BESIDE_ENV
 
             os.environ[BESIDE_ENV] = "1"
         return run_tui(args.trace)

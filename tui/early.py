@@ -67,8 +67,10 @@ class EarlyOpen:
 
     def _run(self) -> None:
         try:
-            from gaplens.loaders import cache
+            from gaplens import store
+            from gaplens.store import cache
 
+            store.install()
             trace, _damaged = cache.lookup_checked(self.path)  # a damaged entry: the worker rebuilds and says so
             if trace is None:
                 started_up(freeze=False)  # a cold open: the parse needs the collector

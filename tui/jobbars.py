@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans
-from gaplens.analysis.job import JobReading
-from gaplens.analysis.straggler import LEAD_FLOOR_NS, LEAD_SHARE
+from gaplens.analysis.job.reading import JobReading
+from gaplens.analysis.job.straggler import LEAD_FLOOR_NS, LEAD_SHARE
 
 IDLE, COMPUTE, COMM, WAIT = 0, 1, 2, 3
 GLYPHS = " █▒░"

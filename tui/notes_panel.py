@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from gaplens.analysis.notes import Note, Notes
+from gaplens.analysis.protocol.notes import Note, Notes
 from gaplens.analysis.units import fmt_ns
 
 

@@ -22,17 +22,18 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.screen import Screen
 
-from gaplens.analysis.notes import Notes, NotesStore, atomic_write, export_folder, find_event, note_for_event
 from gaplens.analysis.phases import Phase
+from gaplens.analysis.protocol.notes import Notes, find_event, note_for_event
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.text import clean_text, shorten
+from gaplens.store.notes import NotesStore, atomic_write, export_folder
 from gaplens.tui.notes_panel import LineInput, NoteAction, NotesPanel
 from gaplens.tui.protocol_panel import AnswerCancelled, AnswerSubmitted, ProtocolPanel
 
 # The walk and the report (and the smells, steps and floor behind them) are imported when the user
 # first asks for them, not with the app: a warm open would pay ~40 ms for them.
 if TYPE_CHECKING:
-    from gaplens.analysis.protocol import Walkthrough
+    from gaplens.analysis.protocol.walk import Walkthrough
     from gaplens.tui.app import ModelReady
     from gaplens.tui.timeline import Timeline
     from gaplens.tui.viewmodel import TimelineModel
@@ -175,7 +176,7 @@ class ProtocolApp(App[int]):
 
     @work(thread=True, exclusive=True, group="protocol")
     def _compute_walkthrough(self, trace, notes: Notes | None) -> None:
-        from gaplens.analysis.protocol import Walkthrough
+        from gaplens.analysis.protocol.walk import Walkthrough
 
         walk = Walkthrough(trace, notes)
         walk.steps()  # every step now, so paging through them never waits
@@ -456,7 +457,7 @@ class ProtocolApp(App[int]):
     def reading_markdown(self) -> str:
         """The report with the user's words: the same steps the panel shows, with the report's tables."""
         assert self.model is not None, "no trace loaded yet"
-        from gaplens.analysis.report import report_markdown
+        from gaplens.analysis.protocol.report import report_markdown
 
         return report_markdown(self.model.trace, notes=self.notes, walk=self.walkthrough)
 

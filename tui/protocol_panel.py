@@ -15,7 +15,7 @@ from textual.widgets import Input, Static
 from gaplens.analysis.words import STEP_TITLES
 
 if TYPE_CHECKING:
-    from gaplens.analysis.protocol import Step  # a type only: the walk loads when the user opens it
+    from gaplens.analysis.protocol.walk import Step  # a type only: the walk loads when the user opens it
 
 KEYS_HINT = "] next · [ back · e write · b note · m mark phase · B notes · E export · P close"
 #: Under the step's text when it does not fit (80×24: step 1's facts are cut): say so, and how to read on.

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_perfetto(trace: Trace, out: Path) -> Path:
-    from gaplens.analysis.perfetto import chrome_trace
+    from gaplens.store.perfetto import chrome_trace
 
     data = chrome_trace(trace)
     if out.name.endswith(".gz"):

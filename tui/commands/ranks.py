@@ -11,8 +11,8 @@ import argparse
 import os
 import sys
 
-from gaplens.analysis.job import JobReading
-from gaplens.analysis.straggler import LATE_SHARE, STEP_SHARE
+from gaplens.analysis.job.reading import JobReading
+from gaplens.analysis.job.straggler import LATE_SHARE, STEP_SHARE
 from gaplens.analysis.units import fmt_ns
 from gaplens.tui.commands.common import print_json
 
@@ -44,7 +44,7 @@ def warn(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gaplens.analysis.jobrun import open_job
+    from gaplens.analysis.job.run import open_job
 
     job = open_job(args.paths, workers=args.workers, dask=args.dask, warn=warn)
     if args.json:

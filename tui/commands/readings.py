@@ -142,8 +142,8 @@ def cmd_smells(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gaplens.analysis.notes import notes_for_trace
-    from gaplens.analysis.report import report_markdown
+    from gaplens.analysis.protocol.report import report_markdown
+    from gaplens.store.notes import notes_for_trace
 
     # The input, a symlink or a FIFO is refused before any work (exit 2); the file is written atomically.
     out = output_file(args.output, [args.trace], "report -o") if args.output else None

@@ -27,7 +27,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Footer, Static
 
-from gaplens.analysis.job import JobReading
+from gaplens.analysis.job.reading import JobReading
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Kind, clean_name
 from gaplens.tui import jobbars
@@ -374,7 +374,7 @@ def _run(app: App):
 
 def run_job_viewer(paths: list[str], workers: int | None = None, dask: str | None = None) -> int:
     """Read the job (workers report progress on stderr), then alternate overview and rank timelines."""
-    from gaplens.analysis.jobrun import open_job
+    from gaplens.analysis.job.run import open_job
 
     def progress(done: int, total: int) -> None:
         print(f"\rgaplens: reading ranks {done}/{total}", end="" if done < total else "\n", file=sys.stderr)

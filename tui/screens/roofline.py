@@ -9,7 +9,7 @@
 Each point is one op family (name and dtype) with FLOPs; its glyph grows with its share of the
 sized time (· • ●) and carries its rank in the table below. Memory-only families (no FLOPs:
 elementwise, norms, copies) have no intensity and sit in the table only. Enter on a row: the
-family's longest instance on the timeline. Numbers come from ``analysis.floor``, the ones
+family's longest instance on the timeline. Numbers come from ``analysis.floor.reading``, the ones
 ``gaplens floor`` prints.
 """
 
@@ -27,8 +27,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from gaplens.analysis.floor import floors, op_rows
-from gaplens.analysis.gpuspecs import DTYPES, GpuSpec
+from gaplens.analysis.floor.gpuspecs import DTYPES, GpuSpec
+from gaplens.analysis.floor.reading import floors, op_rows
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.screens.tables import cell, fill

@@ -43,7 +43,7 @@ class StatsReady(Message):
 
 @dataclass
 class FloorReady(Message):
-    """Floor / measured time (%) per kernel row (NaN: unsized), from ``analysis.floor``."""
+    """Floor / measured time (%) per kernel row (NaN: unsized), from ``analysis.floor.reading``."""
 
     pct: np.ndarray
 
@@ -93,7 +93,7 @@ class StatsScreen(TabbedTables[int | None]):
         self.tables: dict[str, NameStats] = {}
         self.sort: dict[str, tuple[str, bool]] = {key: ("total_ns", True) for key, _, _ in TABLES}
         self.floor_pct: np.ndarray | None = None
-        from gaplens.analysis.opcalls import records_shapes
+        from gaplens.analysis.floor.opcalls import records_shapes
 
         self.with_floor = records_shapes(trace)  # no shapes: no floor column (nothing could be sized)
 
@@ -115,7 +115,7 @@ class StatsScreen(TabbedTables[int | None]):
 
     @work(thread=True, exclusive=True, group="floor")
     def compute_floor(self, name_ids: np.ndarray) -> None:
-        from gaplens.analysis.floor import name_floor_pct
+        from gaplens.analysis.floor.reading import name_floor_pct
 
         try:
             pct = name_floor_pct(self.trace, name_ids)

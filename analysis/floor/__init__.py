@@ -1,0 +1,1 @@
+"""The hardware floor: op sizes and calls, the GPU specs table, the floor reading."""

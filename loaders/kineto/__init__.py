@@ -1,0 +1,1 @@
+"""Kineto / PyTorch-profiler Chrome-trace JSON: the reader and its parsing stages."""

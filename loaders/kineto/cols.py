@@ -1,0 +1,642 @@
+"""Kineto events (an Arrow batch, or dicts on the fallback path) into lane-model columns.
+
+Both paths produce the same ``Block`` for the same events. The Arrow one works on the
+batch's buffers with numpy (``columns``): per-batch dictionaries of the string
+columns, lookup tables, and detail strings formatted once per distinct value.
+Fields whose JSON type varies between events are read through *twins*: the framer
+renames a string value of ``stream`` to ``streas`` (same length, see ``twin``), so
+the schema holds one type per key and nothing is refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from gaplens.loaders.columns import (
+    Strings,
+    decimal_units,
+    encode_rows,
+    factorize,
+    floats,
+    ints,
+    list_matrix,
+    valid,
+)
+from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.syncs import sync_detail
+from gaplens.loaders.validate import TIME_LIMIT_NS, as_int, int_or_none
+
+# cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
+CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {
+    "cpu_op": (Kind.CPU_OP, LaneKind.CPU_OPS),
+    "operator": (Kind.CPU_OP, LaneKind.CPU_OPS),
+    "python_function": (Kind.PYTHON, LaneKind.CPU_OPS),
+    "user_annotation": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
+    "user": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
+    "cuda_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "cuda_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "privateuse1_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "privateuse1_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "xpu_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "xpu_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "mtia_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
+    "kernel": (Kind.KERNEL, LaneKind.STREAM),
+    "gpu_memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
+    "memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
+    "gpu_memset": (Kind.MEMSET, LaneKind.STREAM),
+    "memset": (Kind.MEMSET, LaneKind.STREAM),
+    "gpu_user_annotation": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
+    "cuda_profiler_range": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
+    "cuda_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
+    "xpu_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
+    "overhead": (Kind.OVERHEAD, LaneKind.OVERHEAD),
+}
+IGNORED = {"trace", "cpu_instant_event", "external_correlation"}
+GPU_LANES = (LaneKind.STREAM, LaneKind.GPU_ANNOTATIONS, LaneKind.GPU_SYNC)
+COPY_KINDS = (Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH, Kind.MEMCPY_DTOD, Kind.MEMCPY_PEER, Kind.MEMCPY_OTHER, Kind.MEMSET)
+KERNEL_ARGS = (
+    ("grid", "grid"),
+    ("block", "block"),
+    ("registers per thread", "regs"),
+    ("shared memory", "smem"),
+    ("est. achieved occupancy %", "occupancy %"),
+    # Collective kernels (issue 12): what a job matches across ranks, kept under the writer's own
+    # keys so ``analysis.job.collectives.collective_args`` reads them back from the detail string.
+    *((key, key) for key in ("Collective name", "Process Group Name", "In msg nelems", "Out msg nelems", "Group size")),
+)
+# cuda_sync args that name streams and the event record: the waiting stream first (FORMATS.md 1.7).
+_SYNC_INTS = ("stream", "wait_on_stream", "wait_on_cuda_event_record_corr_id")
+_INT_ARGS = ("correlation", "bytes", "device", "stream", "registers per thread", "shared memory", *_SYNC_INTS[1:])
+# Collective kernels' args (issue 12), see KERNEL_ARGS: what a job matches across ranks.
+_COLL_INTS = ("In msg nelems", "Out msg nelems", "Group size")
+_COLL_STRS = ("Collective name", "Process Group Name")
+_LIST_ARGS = ("grid", "block")
+_FLOAT_ARGS = ("est. achieved occupancy %",)
+_S, _I = pa.string(), pa.int64()
+
+
+def twin(key: str) -> str:
+    """The key a string value of ``key`` is moved to: same length, last letter changed (pid -> pis)."""
+    return key[:-1] + ("z" if key.endswith("s") else "s")
+
+
+#: Keys whose values may be numbers in one event and strings in another, by their path in the event.
+TWIN_KEYS = ("pid", "tid", *_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)
+
+
+def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
+    """What Arrow reads of an event: ``ts``/``dur`` as decimals of ``scale`` digits (exact for any
+    number text), and a string field for the twin of each key in ``twins`` (every field costs
+    parse time on every event, so twins are asked for once seen)."""
+    time = pa.decimal128(38, scale)
+    args = [
+        *[(k, _I) for k in _INT_ARGS],
+        *[(k, pa.list_(_I)) for k in _LIST_ARGS],
+        *[(k, pa.float64()) for k in _FLOAT_ARGS],
+        ("cuda_sync_kind", _S),
+        ("name", _S),
+        *[(k, _I) for k in _COLL_INTS],
+        *[(k, _S) for k in _COLL_STRS],
+        *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS) if k in twins],
+    ]
+    top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I)]
+    top += [(twin(k), _S) for k in ("pid", "tid") if k in twins]
+    return pa.schema([*top, ("ts", time), ("dur", time), ("args", pa.struct(args))])
+
+
+_DIGITS = re.compile(r"-?\d+")
+
+
+def memcpy_kind(name: str) -> Kind:
+    """Direction from the writer's name: ``Memcpy HtoD (Pageable -> Device)``."""
+    if "HtoD" in name or "HostToDevice" in name:
+        return Kind.MEMCPY_HTOD
+    if "DtoH" in name or "DeviceToHost" in name:
+        return Kind.MEMCPY_DTOH
+    if "DtoD" in name or "DeviceToDevice" in name:
+        return Kind.MEMCPY_DTOD
+    if "PtoP" in name or "Peer" in name:
+        return Kind.MEMCPY_PEER
+    return Kind.MEMCPY_OTHER
+
+
+def stream_of(tid) -> int:
+    """Stream number from a tid: ``7`` or ``"stream 7"`` (0 when it is not an int64)."""
+    if isinstance(tid, int):
+        return as_int(tid, 0)
+    m = _DIGITS.search(str(tid)[:200])
+    return as_int(m.group(0), 0) if m else 0
+
+
+def number_text(value) -> str:
+    """A detail number: integral values without a fraction (``100``), others as Python prints floats."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return str(value)
+    if isinstance(value, int) or (isinstance(value, Decimal) and (not value.is_finite() or value.adjusted() > 300)):
+        return str(value)  # exact at any length: float() overflows past ~1e308
+    f = float(value)
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def kernel_detail(values: dict) -> str:
+    """``grid 1×1×1  block 128×1×1  regs 32  smem 0  occupancy % 12``: the kernel args present."""
+    parts = []
+    for key, label in KERNEL_ARGS:
+        if key in values:
+            value = values[key]
+            if isinstance(value, list):
+                value = "×".join(str(v) for v in value)
+            parts.append(f"{label} {number_text(value)}")
+    return "  ".join(parts)
+
+
+@dataclass
+class Context:
+    """State shared by the blocks of one file: dictionaries, names, counts."""
+
+    names: dict[str, int] = field(default_factory=dict)
+    details: dict[str, int] = field(default_factory=lambda: {"": 0})
+    lanes: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    named_ids: dict[str, int] = field(default_factory=dict)
+    processes: dict[int, str] = field(default_factory=dict)
+    threads: dict[tuple[int, int], str] = field(default_factory=dict)
+    unknown: dict[str, int] = field(default_factory=dict)
+    kernel_texts: dict[tuple, str] = field(default_factory=dict)  # kernel details formatted, shared by a file's blocks
+    bad_time: int = 0  # events kept with an unusable dur (set to 0)
+    bad_start: int = 0  # events skipped: no usable ts
+    malformed: int = 0
+
+    def host_id(self, value) -> int:
+        """Stable int for a pid/tid that may be an int, a numeric string or a name (or a number past int64)."""
+        num = None if isinstance(value, bool) else int_or_none(value, floats=False)
+        if num is not None:
+            return num
+        return self.named_ids.setdefault(str(value)[:200], -1000 - len(self.named_ids))
+
+    def code(self, table: dict[Any, int], values: list) -> np.ndarray:
+        return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
+
+    def merge(self, local: Context, block: Block) -> Block:
+        """Fold a Context that classified one block alone into this one; the block's ids become this one's.
+
+        ``local`` registered names, details, lanes and named pids in the order a single
+        Context would have met them in this block, so registering them here in that
+        order, block after block, gives every id the value a single thread gives it.
+        """
+        named = {lid: self.host_id(name) for name, lid in local.named_ids.items()}
+
+        def host(value: int) -> int:
+            return named.get(value, value)
+
+        lanes = [
+            (kind, a, b) if LaneKind(kind) in GPU_LANES else (kind, host(a), host(b)) for kind, a, b in local.lanes
+        ]
+        block.lane = self.code(self.lanes, lanes)[block.lane]
+        block.name_id = self.code(self.names, list(local.names))[block.name_id]
+        block.detail_id = self.code(self.details, list(local.details))[block.detail_id]
+        for pid, name in local.processes.items():
+            self.processes.setdefault(host(pid), name)
+        for (pid, tid), name in local.threads.items():
+            self.threads.setdefault((host(pid), host(tid)), name)
+        for cat, count in local.unknown.items():
+            self.unknown[cat] = self.unknown.get(cat, 0) + count
+        self.bad_time += local.bad_time
+        self.bad_start += local.bad_start
+        self.malformed += local.malformed
+        return block
+
+
+@dataclass
+class Block:
+    """Kept duration events of one block; ``start``/``dur`` are ns relative to the base."""
+
+    lane: np.ndarray
+    start: np.ndarray
+    dur: np.ndarray
+    name_id: np.ndarray
+    kind: np.ndarray
+    corr: np.ndarray
+    nbytes: np.ndarray
+    detail_id: np.ndarray
+
+    @staticmethod
+    def empty() -> Block:
+        i64 = np.empty(0, np.int64)
+        i32 = np.empty(0, np.int32)
+        return Block(i32, i64, i64, i32, np.empty(0, np.int8), i64, i64, i32)
+
+
+_BLOCK_COLUMNS = (
+    ("lane", np.int32),
+    ("start", np.int64),
+    ("dur", np.int64),
+    ("name_id", np.int32),
+    ("kind", np.int8),
+    ("corr", np.int64),
+    ("nbytes", np.int64),
+    ("detail_id", np.int32),
+)
+
+
+class Columns:
+    """A file's kept events, block after block, in columns sized from an estimate of the whole file.
+
+    Each block is copied in once and the build reads the filled part in place: no joins and,
+    when the estimate holds, no final concatenation (at 1M events each of those copied ~45 MB
+    on the merging thread). The capacity is twice what the events per byte of JSON so far
+    predict for the file; pages past what is written are never touched, so they cost no
+    memory. A file that holds more continues in a segment of its own, sized by a new
+    estimate, and the segments are joined once, at the build.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self._segments: list[tuple[dict[str, np.ndarray], int]] = []  # (columns, filled) but the last
+        self._cols = {name: np.empty(0, dtype) for name, dtype in _BLOCK_COLUMNS}
+        self._filled = 0
+
+    def append(self, block: Block, json_read: int, json_total: int) -> None:
+        """Add a block; ``json_read`` is the JSON consumed through it, ``json_total`` the file's, estimated."""
+        n = int(block.start.size)
+        if self._filled + n > self._cols["start"].size:
+            predicted = int((self.size + n) / max(json_read, 1) * max(json_total, json_read) * 2)
+            if self._filled:
+                self._segments.append((self._cols, self._filled))
+            capacity = max(n, predicted - self.size, 1 << 16)
+            self._cols, self._filled = {name: np.empty(capacity, dtype) for name, dtype in _BLOCK_COLUMNS}, 0
+        for name, _ in _BLOCK_COLUMNS:
+            self._cols[name][self._filled : self._filled + n] = getattr(block, name)
+        self._filled += n
+        self.size += n
+
+    def take(self, name: str) -> np.ndarray:
+        """One column's events, dropped from here: a view of the filled part (writable: the build edits
+        some in place), or the segments joined."""
+        parts = [cols.pop(name)[:filled] for cols, filled in self._segments]
+        parts.append(self._cols.pop(name)[: self._filled])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Lane ids (in order of first appearance over the file) for (kind, a, b) triples."""
+    if lane_kind.size == 0:
+        return np.empty(0, np.int32)
+    ca, ua = factorize(np.asarray(a, np.int64))
+    cb, ub = factorize(np.asarray(b, np.int64))
+    key = (lane_kind.astype(np.int64) * len(ua) + ca) * len(ub) + cb
+    codes, uniq = factorize(key)
+    lut = np.empty(len(uniq), np.int32)
+    for j, k in enumerate(uniq.tolist()):
+        rest, ib = divmod(k, len(ub))
+        kind, ia = divmod(rest, len(ua))
+        lut[j] = ctx.lanes.setdefault((int(kind), int(ua[ia]), int(ub[ib])), len(ctx.lanes))
+    return lut[codes]
+
+
+# ---- Arrow path --------------------------------------------------------------
+
+
+@dataclass
+class Dims:
+    """``Input Dims`` details found in a block's text (``kineto_dims.find_dims``): event index, code, texts."""
+
+    rows: np.ndarray
+    codes: np.ndarray
+    texts: list[str]
+
+
+def _global(ctx: Context, table: dict[str, int], codes: np.ndarray, texts: list[str]) -> np.ndarray:
+    """File-wide ids for per-batch codes; only the values that occur are registered, in order of appearance."""
+    local, used = factorize(codes)
+    return ctx.code(table, [texts[int(c)] for c in used])[local]
+
+
+def _time(arr: pa.Array, scale: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ns int64, valid) from a decimal µs column, exactly (truncated below 1 ns)."""
+    if scale != 3:
+        import pyarrow.compute as pc  # only for writers that print more than 3 fraction digits
+
+        arr = pc.cast(arr, pa.decimal128(38, 3), safe=False)
+    ns, ok = decimal_units(arr)
+    ok &= np.abs(ns) <= TIME_LIMIT_NS  # the boundary's range: never wrap past int64 later
+    return ns, ok
+
+
+def _twin_of(parent: pa.StructArray, key: str) -> pa.Array | None:
+    """The string values of ``key`` (its twin field), when this file has any."""
+    index = parent.type.get_field_index(twin(key))
+    return None if index < 0 else parent.field(index)
+
+
+def _int_arg(parent: pa.StructArray, key: str, fill: int) -> tuple[np.ndarray, np.ndarray]:
+    """(values, present) of an integer arg, string values (the twin) read like ``as_int`` reads them."""
+    arr = parent.field(key)
+    values, present = ints(arr, fill), valid(arr)
+    other = _twin_of(parent, key)
+    if other is not None and other.null_count < len(other):
+        s = Strings(other)
+        lut = np.asarray([as_int(t, fill) for t in s.texts()], np.int64)
+        use = s.valid & ~present
+        values[use] = lut[s.codes[use]]
+        present |= use
+    return values, present
+
+
+def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, scale: int = 3) -> Block:
+    """Vectorised: one Arrow batch of raw events to the kept duration events."""
+    ph = Strings(batch.column("ph"))
+    ph_texts = ph.texts()
+    is_x = np.asarray([p == "X" for p in ph_texts], bool)[ph.codes]
+    is_m = np.asarray([p == "M" for p in ph_texts], bool)[ph.codes]
+    cat = Strings(batch.column("cat"))
+    lower = [c.lower() for c in cat.texts()]
+    kind_lut = np.asarray(
+        [CATEGORIES[c][0] if c in CATEGORIES else (-2 if c in IGNORED else -1) for c in lower], np.int8
+    )
+    lane_lut = np.asarray([CATEGORIES[c][1] if c in CATEGORIES else -1 for c in lower], np.int8)
+    kind_all = kind_lut[cat.codes]
+    unknown = is_x & (kind_all == -1)
+    if unknown.any():
+        for code, count in enumerate(np.bincount(cat.codes[unknown], minlength=len(lower)).tolist()):
+            if count:
+                ctx.unknown[lower[code]] = ctx.unknown.get(lower[code], 0) + count
+    keep = is_x & (kind_all >= 0)
+    start, start_ok = _time(batch.column("ts"), scale)
+    dur, dur_ok = _time(batch.column("dur"), scale)
+    bad_start = keep & ~start_ok
+    keep &= start_ok
+    bad_dur = keep & (~dur_ok | (dur < 0))
+    ctx.bad_start += int(bad_start.sum())
+    ctx.bad_time += int(bad_dur.sum())
+    rows = np.flatnonzero(keep)
+    lane_kind = lane_lut[cat.codes[rows]]
+    gpu = np.isin(lane_kind, np.asarray(GPU_LANES, np.int8))
+    meta = _metadata_rows(batch, np.flatnonzero(is_m))
+    _register_named_ids(ctx, batch, meta, rows[~gpu])
+    for _, what, value, pid, tid in meta:
+        _metadata(ctx, what, value, pid, tid)
+    if rows.size == 0:
+        return Block.empty()
+    kind = kind_all[rows]
+    name = Strings(batch.column("name"))
+    name_texts = name.texts("None")
+    name_codes = name.codes[rows]
+    copy_lut = np.asarray([memcpy_kind(s) for s in name_texts], np.int8)
+    other = kind == Kind.MEMCPY_OTHER
+    kind[other] = copy_lut[name_codes[other]]
+
+    args = batch.column("args")
+    corr, _ = _int_arg(args, "correlation", -1)
+    a = np.zeros(rows.size, np.int64)
+    b = np.zeros(rows.size, np.int64)
+    if not gpu.all():
+        a[~gpu], b[~gpu] = _host_keys(ctx, batch, rows[~gpu])
+    if gpu.any():
+        g = rows[gpu]
+        device, stream = _gpu_keys(ctx, batch, args, g)
+        a[gpu] = device
+        b[gpu] = np.where(lane_kind[gpu] == LaneKind.GPU_SYNC, -1, stream)
+    is_copy = np.isin(kind, np.asarray(COPY_KINDS, np.int8))
+    nbytes = np.zeros(rows.size, np.int64)
+    if is_copy.any():
+        nbytes[is_copy] = _int_arg(args, "bytes", 0)[0][rows[is_copy]]
+    detail_id = np.zeros(rows.size, np.int32)
+    _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims)
+    return Block(
+        lane=lane_codes(ctx, lane_kind, a, b),
+        start=start[rows],
+        dur=np.where(bad_dur[rows], 0, dur[rows]),
+        name_id=_global(ctx, ctx.names, name_codes, name_texts),
+        kind=kind,
+        corr=corr[rows],
+        nbytes=nbytes,
+        detail_id=detail_id,
+    )
+
+
+def _strings_of(batch: pa.RecordBatch, name: str) -> pa.Array:
+    """A string column of the batch; all nulls when this parse did not ask for it (a twin not yet seen)."""
+    index = batch.schema.get_field_index(name)
+    return batch.column(index) if index >= 0 else pa.nulls(batch.num_rows, pa.string())
+
+
+def _id_column(ints_arr: pa.Array, strs_arr: pa.Array, rows: np.ndarray, conv) -> np.ndarray:
+    """A pid/tid column at ``rows``: the int, else the string through ``conv``, else ``conv(0)``.
+
+    ``conv`` sees the strings of these rows only, in order of first appearance, as the
+    per-event path would call it.
+    """
+    out = ints(ints_arr, 0)[rows]
+    has_int = valid(ints_arr)[rows]
+    if has_int.all():
+        return out
+    s = Strings(strs_arr)
+    texts: list = [*s.texts(), 0]
+    codes = np.where(s.valid, s.codes, len(texts) - 1)[rows][~has_int]
+    local, used = factorize(codes)
+    out[~has_int] = np.asarray([conv(texts[int(c)]) for c in used], np.int64)[local]
+    return out
+
+
+def _host_keys(ctx: Context, batch: pa.RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    a = _id_column(batch.column("pid"), _strings_of(batch, "pis"), rows, ctx.host_id)
+    b = _id_column(batch.column("tid"), _strings_of(batch, "tis"), rows, ctx.host_id)
+    return a, b
+
+
+def _gpu_keys(ctx: Context, batch: pa.RecordBatch, args: pa.StructArray, g: np.ndarray):
+    """(device, stream) of GPU rows: the pid names the device unless it is a label; streams from args or tid."""
+    pid_i, pid_s = batch.column("pid"), _strings_of(batch, "pis")
+    pid_int = valid(pid_i)[g]
+    dev_arg, dev_ok = _int_arg(args, "device", 0)
+    s = Strings(pid_s)
+    texts = s.texts()
+    pid_str = s.valid[g] & ~pid_int
+    codes = np.where(s.valid, s.codes, 0)[g] if texts else np.zeros(g.size, np.int64)
+    num = np.asarray([as_int(t, -1) for t in texts] or [-1], np.int64)[codes]
+    fallback = np.asarray([as_int(t, 0) for t in texts] or [0], np.int64)[codes]
+    # A label pid ("GPU 0" style or negative): the device arg, else the label read as a number, else 0.
+    device = np.where(dev_ok[g], dev_arg[g], np.where(pid_str, fallback, 0))
+    device = np.where(pid_str & (num >= 0), num, device)
+    device = np.where(pid_int, ints(pid_i, 0)[g], device)
+
+    stream, stream_ok = _int_arg(args, "stream", 0)
+    tid_i, tid_s = batch.column("tid"), _strings_of(batch, "tis")
+    from_tid = ints(tid_i, 0)[g]
+    tid_int = valid(tid_i)[g]
+    if not tid_int.all():
+        t = Strings(tid_s)
+        lut = np.asarray([stream_of(x) for x in t.texts()] + [0], np.int64)
+        tcodes = np.where(t.valid, t.codes, len(lut) - 1)[g]
+        from_tid = np.where(tid_int, from_tid, lut[tcodes])
+    return device, np.where(stream_ok[g], stream[g], from_tid)
+
+
+def _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims: Dims | None) -> None:
+    kernels = np.flatnonzero(kind == Kind.KERNEL)
+    if kernels.size:
+        _kernel_details(ctx, detail_id, args, rows, kernels)
+    copies = np.flatnonzero(np.isin(kind, np.asarray(COPY_KINDS, np.int8)))
+    if copies.size:
+        uniq, inv = np.unique(nbytes[copies], return_inverse=True)
+        detail_id[copies] = ctx.code(ctx.details, [f"bytes {v}" for v in uniq.tolist()])[inv.reshape(-1)]
+    syncs = np.flatnonzero(kind == Kind.SYNC)
+    if syncs.size:
+        _sync_details(ctx, detail_id, args, rows, syncs)
+    if dims is not None and dims.rows.size:
+        # Events of this batch that were kept, host-side, and carry Input Dims.
+        pos = np.searchsorted(rows, dims.rows)
+        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == dims.rows)
+        pos, codes = pos[hit], dims.codes[hit]
+        host = ~gpu[pos]
+        if host.any():
+            detail_id[pos[host]] = _global(ctx, ctx.details, codes[host], dims.texts)
+
+
+def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows, kernels) -> None:
+    """One detail string per distinct combination of the kernel args, formatted by ``kernel_detail``."""
+    at = rows[kernels]
+    columns: list[np.ndarray] = []
+    readers = []
+    for key, _ in KERNEL_ARGS:
+        arr = args.field(key)
+        if key in _COLL_STRS:  # text values: read through the same path as a number's string twin
+            s = Strings(arr)
+            columns += [np.full(at.size, -1, np.int64), np.where(s.valid, s.codes, -1)[at]]
+            readers.append((key, 1, s.texts()))
+            continue
+        other = _twin_of(args, key)
+        if other is not None and other.null_count < len(other):
+            s = Strings(other)
+            s_texts = s.texts()
+            text_code = np.where(s.valid, s.codes, -1)[at]
+        else:
+            s_texts, text_code = [], np.full(at.size, -1, np.int64)
+        if key in _LIST_ARGS:
+            matrix, lengths = list_matrix(arr)
+            cols = [lengths[at], *(matrix[at].T if matrix.shape[1] else [])]
+        elif key in _FLOAT_ARGS:
+            f = floats(arr)[at]
+            cols = [np.where(np.isnan(f), -1, 0), np.where(np.isnan(f), 0, f).view(np.int64)]
+        else:
+            cols = [np.where(valid(arr)[at], 0, -1), ints(arr, 0)[at]]
+        columns += [*cols, text_code]
+        readers.append((key, len(cols), s_texts))
+    table = np.ascontiguousarray(np.stack(columns, axis=1), dtype=np.int64)
+    inverse, first = encode_rows(table)
+    # The same kernels come back block after block: a row of numbers alone (no text codes,
+    # which number this block's strings only) is formatted once per file.
+    layout = tuple(width for _, width, _ in readers)
+    code_at = list(itertools.accumulate(width + 1 for width in layout))
+    texts = []
+    for row in table[first].tolist():
+        memo_key = None if any(row[c - 1] >= 0 for c in code_at) else (layout, *row)
+        known = ctx.kernel_texts.get(memo_key) if memo_key is not None else None
+        if known is not None:
+            texts.append(known)
+            continue
+        values: dict = {}
+        i = 0
+        for key, width, s_texts in readers:
+            cols, code = row[i : i + width], row[i + width]
+            i += width + 1
+            if code >= 0 and cols[0] == -1:
+                values[key] = s_texts[code]
+            elif key in _LIST_ARGS:
+                if cols[0] >= 0:
+                    values[key] = cols[1 : 1 + cols[0]]
+            elif key in _FLOAT_ARGS:
+                if cols[0] == 0:
+                    values[key] = float(np.int64(cols[1]).view(np.float64))
+            elif cols[0] == 0:
+                values[key] = cols[1]
+        texts.append(kernel_detail(values))
+        if memo_key is not None:
+            ctx.kernel_texts[memo_key] = texts[-1]
+    detail_id[kernels] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
+
+
+def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows: np.ndarray, syncs) -> None:
+    """Sync rows are few: one ``syncs.sync_detail`` string per distinct (kind, streams, record)."""
+    at = rows[syncs]
+    kinds = Strings(args.field("cuda_sync_kind"))
+    kind_texts = kinds.texts("")
+    kind_codes = kinds.codes[at]
+    values = [_int_arg(args, f, -1)[0][at] for f in _SYNC_INTS]
+    keys = np.ascontiguousarray(np.stack([kind_codes.astype(np.int64), *values], axis=1))
+    inverse, first = encode_rows(keys)
+    texts = [sync_detail(kind_texts[k], stream, on, rec) for k, stream, on, rec in keys[first].tolist()]
+    detail_id[syncs] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
+
+
+_Meta = tuple[int, str | None, str, int | str, int | str]
+
+
+def _metadata_rows(batch: pa.RecordBatch, m: np.ndarray) -> list[_Meta]:
+    """(row, name, value, pid, tid) of the (few) ``M`` events that carry a name value."""
+    rows = m.tolist()
+    if not rows:
+        return []
+    names = Strings.at(batch.column("name"), rows)
+    values = Strings.at(batch.column("args").field("name"), rows)
+    pis, tis = Strings.at(_strings_of(batch, "pis"), rows), Strings.at(_strings_of(batch, "tis"), rows)
+    pid_i, tid_i = ints(batch.column("pid"), 0)[m], ints(batch.column("tid"), 0)[m]
+    pid_ok, tid_ok = valid(batch.column("pid"))[m], valid(batch.column("tid"))[m]
+    out: list[_Meta] = []
+    for j, row in enumerate(rows):
+        value = values[j]
+        if value is None:
+            continue
+        pid_s, tid_s = pis[j], tis[j]
+        pid = int(pid_i[j]) if pid_ok[j] else (pid_s if pid_s is not None else 0)
+        tid = int(tid_i[j]) if tid_ok[j] else (tid_s if tid_s is not None else 0)
+        out.append((row, names[j], value, pid, tid))
+    return out
+
+
+def _register_named_ids(ctx: Context, batch: pa.RecordBatch, meta: list[_Meta], host_rows: np.ndarray) -> None:
+    """Give the block's named pids/tids their ids in the order the per-event reader meets them.
+
+    That reader goes event by event, the pid before the tid, through the ``M`` events that
+    name a process or thread and the kept host events; ``Context.host_id`` numbers a name
+    when first asked, so asking here, in that order, fixes every id before the columns
+    are read.
+    """
+    pis, tis = _strings_of(batch, "pis"), _strings_of(batch, "tis")
+    if pis.null_count == len(pis) and tis.null_count == len(tis):
+        return
+    slots = [host_rows * 2, host_rows * 2 + 1]
+    for at, name, _, _, _ in meta:
+        if name in ("process_name", "thread_name"):
+            slots.append(np.asarray([2 * at], np.int64))
+        if name == "thread_name":
+            slots.append(np.asarray([2 * at + 1], np.int64))
+    slot = np.sort(np.concatenate(slots))
+    row, is_tid = slot >> 1, (slot & 1).astype(bool)
+    texts: list[str | None] = []
+    codes = np.full(slot.size, -1, np.int64)
+    for column, ints_column, which in ((pis, "pid", ~is_tid), (tis, "tid", is_tid)):
+        s = Strings(column)
+        named = which & s.valid[row] & ~valid(batch.column(ints_column))[row]
+        codes[named] = s.codes[row[named]] + len(texts)
+        texts += s.texts()
+    used, first = np.unique(codes[codes >= 0], return_index=True)
+    for code in used[np.argsort(first)].tolist():
+        ctx.host_id(texts[code])
+
+
+def _metadata(ctx: Context, name, value, pid, tid) -> None:
+    if not isinstance(value, str):
+        return
+    if name == "process_name":
+        ctx.processes.setdefault(ctx.host_id(pid), value)
+    elif name == "thread_name":
+        ctx.threads.setdefault((ctx.host_id(pid), ctx.host_id(tid)), value)

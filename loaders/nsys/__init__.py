@@ -1,0 +1,1 @@
+"""Nsight Systems SQLite exports: the reader, its table readers and the fast page decoder."""

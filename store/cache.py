@@ -1,0 +1,245 @@
+"""A cache of built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once.
+
+Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
+``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
+and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (``files.atomic_write``) and a
+token shared by the two files catches a pair torn by concurrent writers. Every entry carries
+checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
+caller rebuilds, with a warning, never different readings. Entries are never read or written
+through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
+error. The trace file itself is never touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import secrets
+import weakref
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from gaplens.loaders.columns import numpy_dtype, view
+from gaplens.loaders.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
+from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
+
+VERSION = 2  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
+
+
+@functools.lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """Digest of the loaders' source: an upgraded loader never serves an old build."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _entry(path: str) -> tuple[Path, dict]:
+    """Base path of the entry for a trace file, and the stamp that keeps it valid."""
+    absolute = os.path.abspath(path)
+    st = os.stat(absolute)
+    stamp = {
+        "version": VERSION,
+        "code": _code_stamp(),
+        "path": absolute,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache_dir() / "traces" / digest, stamp
+
+
+def lookup(path: str) -> Trace | None:
+    """The cached Trace of ``path``, or None when absent, stale or unreadable."""
+    return lookup_checked(path)[0]
+
+
+def lookup_checked(path: str) -> tuple[Trace | None, str]:
+    """(the cached Trace of ``path`` or None, a warning line when an entry was there but damaged).
+
+    The ``.json`` starts with a line of checksums, of the rest of itself and of the ``.arrow``; both
+    are verified before anything is read from them, so a flipped byte is a miss (and the caller
+    rebuilds the entry), never different readings. Nothing is read through a symlink.
+    """
+    try:
+        base, stamp = _entry(path)
+        if own_dir(base.parent, create=False) is None:
+            return None, ""
+        raw = read_own(base.with_suffix(".json"))
+    except Exception:  # absent, unreadable, a symlink: a plain miss
+        return None, ""
+    damaged = f"the cached copy of {path} was damaged (checksum mismatch): read from the trace again"
+    try:
+        head, _, body = raw.partition(b"\n")
+        sums = orjson.loads(head)
+        if not isinstance(sums, dict) or sums.get("version") != VERSION:
+            return None, ""  # an entry of another layout
+        if checksum(body) != sums.get("info_crc"):
+            return None, damaged
+        info = orjson.loads(body)
+        if info.get("stamp") != stamp:
+            return None, ""  # stale: the trace or the loaders changed
+        # Mapped, not read: the columns are copied once, from the page cache into their arrays.
+        mapped = map_own(base.with_suffix(".arrow"))
+        if len(mapped) != sums.get("arrow_size") or checksum(mapped) != sums.get("arrow_crc"):
+            return None, damaged
+        table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
+        if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
+            return None, ""
+        trace = _trace(table, info)
+        _remember(trace, base, info["token"])
+        return trace, ""
+    except Exception:  # whatever the damage, a miss
+        return None, damaged
+
+
+def store(path: str, trace: Trace) -> bool:
+    """Save ``trace`` as the entry of ``path``; False (and nothing written) when that fails."""
+    try:
+        base, stamp = _entry(path)
+        if own_dir(base.parent, create=True) is None:
+            return False
+        token = secrets.token_hex(8)
+        info = orjson.dumps({"stamp": stamp, "token": token, **_describe(trace)}, option=orjson.OPT_NON_STR_KEYS)
+        arrays = [_arrow(getattr(trace, c)) for c in COLUMNS]
+        table = pa.Table.from_arrays(arrays, names=list(COLUMNS)).replace_schema_metadata({"token": token})
+        sums: dict = {"version": VERSION}
+        atomic_write(base.with_suffix(".arrow"), lambda fh: _write_ipc(fh, table, sums))
+        sums["info_crc"] = checksum(info)
+        atomic_write(base.with_suffix(".json"), orjson.dumps(sums) + b"\n" + info)
+        _remember(trace, base, token)
+        return True
+    except Exception:  # caching is best effort: the load already succeeded
+        return False
+
+
+# id(trace) -> (weak reference, entry base path, entry token) of the Traces this module read or stored.
+_ORIGINS: dict[int, tuple[weakref.ref, Path, str]] = {}
+
+
+def origin(trace: Trace) -> tuple[Path, str] | None:
+    """(base path, token) of the entry this very Trace object was read from or stored as, else None.
+
+    store.readings keeps readings beside the entry under its token: a rebuilt entry has a new token.
+    """
+    hit = _ORIGINS.get(id(trace))
+    return (hit[1], hit[2]) if hit is not None and hit[0]() is trace else None
+
+
+def _remember(trace: Trace, base: Path, token: str) -> None:
+    key = id(trace)
+
+    def forget(ref: weakref.ref) -> None:
+        if _ORIGINS.get(key, (None,))[0] is ref:
+            del _ORIGINS[key]
+
+    _ORIGINS[key] = (weakref.ref(trace, forget), base, token)
+
+
+def _arrow(column: np.ndarray) -> pa.Array:
+    """A numpy column as an Arrow array over the same memory (``pa.array`` would import pandas)."""
+    column = np.ascontiguousarray(column)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(column.dtype), column.size, [None, pa.py_buffer(column)])
+
+
+class _Summed:
+    """A binary file that keeps the size and CRC-32 of what is written through it (Arrow writes here)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.size, self.crc = fh, 0, 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self.crc = checksum_more(data, self.crc)
+        self.size += len(memoryview(data).cast("B"))
+        return self.fh.write(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _write_ipc(fh, table: pa.Table, sums: dict) -> None:
+    """The table as an IPC file; ``sums`` gets the file's size and checksum as it is written."""
+    out = _Summed(fh)
+    with ipc.new_file(out, table.schema) as writer:
+        writer.write_table(table)
+    sums["arrow_size"], sums["arrow_crc"] = out.size, out.crc
+
+
+def _describe(trace: Trace) -> dict:
+    m = trace.meta
+    return {
+        "meta": {
+            "source_format": m.source_format,
+            "source_version": m.source_version,
+            "path": m.path,
+            "origin_ns": m.origin_ns,
+            "devices": [[d.id, d.name, d.properties] for d in m.devices],
+            "processes": [[k, v] for k, v in m.processes.items()],
+            "threads": [[k[0], k[1], v] for k, v in m.threads.items()],
+            "lacks": m.lacks,
+            "warnings": m.warnings,
+            "extra": m.extra,
+        },
+        "lanes": [
+            [ln.id, int(ln.kind), ln.name, ln.pid, ln.tid, ln.device, ln.stream, list(ln.sort_key)]
+            for ln in trace.lanes
+        ],
+        "names": trace.names,
+        "details": trace.details,
+    }
+
+
+def _column(chunked: pa.ChunkedArray) -> np.ndarray:
+    """One owned numpy array of a column, chunk by chunk (``ChunkedArray.to_numpy`` would import pandas)."""
+    parts = [view(chunk) for chunk in chunked.chunks]
+    if len(parts) == 1:
+        return parts[0].copy()
+    return np.concatenate(parts) if parts else np.empty(0, numpy_dtype(chunked.type))
+
+
+def _trace(table: pa.Table, info: dict) -> Trace:
+    m = info["meta"]
+    meta = Meta(
+        source_format=m["source_format"],
+        source_version=m["source_version"],
+        path=m["path"],
+        origin_ns=m["origin_ns"],
+        devices=[Device(i, n, p) for i, n, p in m["devices"]],
+        processes={k: v for k, v in m["processes"]},
+        threads={(p, t): v for p, t, v in m["threads"]},
+        lacks=m["lacks"],
+        warnings=m["warnings"],
+        extra=m["extra"],
+    )
+    lanes = [Lane(i, LaneKind(k), n, p, t, d, s, tuple(sk)) for i, k, n, p, t, d, s, sk in info["lanes"]]
+    # Copies: arrays from Arrow are read-only views of the mapped file, and readers may expect to own them.
+    cols = {c: _column(table.column(c)) for c in COLUMNS}
+    n = cols["lane"].size
+    key = cols["lane"].astype(np.int64) * 65536 + cols["depth"].astype(np.int64)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(key)) + 1)) if n else np.empty(0, np.int64)
+    row_offsets = np.concatenate((starts, [n])).astype(np.int64)
+    return Trace(
+        meta=meta,
+        lanes=lanes,
+        names=info["names"],
+        details=info["details"],
+        row_lane=cols["lane"][starts].astype(np.int32),
+        row_depth=cols["depth"][starts].astype(np.int16),
+        row_offsets=row_offsets,
+        row_maxend=running_max_per_row(cols["end_ns"], row_offsets),
+        **cols,
+    )
