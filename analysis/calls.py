@@ -19,10 +19,13 @@ class Call(IntEnum):
     """What a CUDA API call does to the host, ordered so that a larger value wins when calls or ops nest.
 
     ``api_class`` stores these as int8, with 0 for events that are not API calls. ``HOST`` calls
-    (memory management, module loading) are host work: they queue nothing, so they are not launch
-    overhead (DESIGN.md § Gap cause).
+    (module loading, queries) are host work: they queue nothing, so they are not launch overhead.
+    ``ALLOC`` calls (memory management) queue nothing either but are their own gap cause: a step
+    spent in ``cudaMalloc``/``cudaFree`` is fixed by the caching allocator, not by moving CPU work
+    (DESIGN.md § Gap cause). It is negative so that no "queues work" test (``>= LAUNCH``) admits it.
     """
 
+    ALLOC = -1
     HOST = 0
     LAUNCH = 1
     COPY = 2
@@ -33,14 +36,20 @@ class Call(IntEnum):
 _SYNC = re.compile(r"Synchronize|cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize", re.IGNORECASE)
 # Copies (cudaMemcpy*, cuMemcpy*, hipMemcpy*); memset is a launch, not a copy.
 _COPY = re.compile(r"memcpy", re.IGNORECASE)
-# Memory management and module loading: host work that queues nothing on a stream (cudaMalloc, cudaFree,
-# cudaHostAlloc, cudaMallocAsync, cuMemAlloc_v2, cuMemCreate/Map, hipMalloc, hipHostFree, cuModuleLoadData,
-# cuLibraryLoadData, cudaHostRegister). Memset is not among them: it queues work.
+# Memory management: device, pinned-host and managed allocations and frees, virtual-memory mapping, pool
+# growth (cudaMalloc, cudaFree, cudaMallocHost, cudaHostAlloc, cudaFreeHost, cudaMallocAsync, cudaFreeAsync,
+# cudaMallocManaged, cudaHostRegister, cuMemAlloc_v2, cuMemCreate/Map/SetAccess, cudaMemPoolCreate,
+# hipMalloc, hipHostMalloc, hipHostFree, hipExtMallocWithFlags). Memset is not among them: it queues work.
+_ALLOC = re.compile(
+    r"^(?:cuda|cu|hip)(?:Ext)?(?:Malloc|Free|HostAlloc|HostMalloc|HostFree|HostRegister|HostUnregister)"
+    r"|^(?:cuda|cu|hip)Mem(?:Alloc|Free|HostAlloc|HostRegister|HostUnregister|Create|Release|Map|Unmap|SetAccess|AddressReserve|AddressFree|PoolCreate"
+    r"|PoolDestroy|PoolTrimTo|RetainAllocationHandle)",
+    re.IGNORECASE,
+)
+# Host work that queues nothing and allocates nothing: module loading, pointer and memory queries.
 _HOST = re.compile(
-    r"^(?:cuda|cu|hip)(?:Mem)?(?:Malloc|Free|Alloc|HostAlloc|HostRegister|HostUnregister|HostGetDevicePointer"
-    r"|AddressReserve|AddressFree|Create|Release|Map|Unmap|SetAccess|PoolCreate|PoolDestroy|PoolTrimTo|GetInfo"
-    r"|RetainAllocationHandle)"
-    r"|^(?:cu|hip)(?:Module|Library)(?:Load|Unload|GetFunction|GetKernel)",
+    r"^(?:cuda|cu|hip)(?:Mem)?(?:HostGetDevicePointer|GetInfo)|^(?:cu|hip)(?:Module|Library)(?:Load|Unload|GetFunction"
+    r"|GetKernel)",
     re.IGNORECASE,
 )
 
@@ -52,7 +61,14 @@ def call_class_of_name(name: str) -> Call:
         return Call.COPY
     if _HOST.search(name):
         return Call.HOST
+    if _ALLOC.search(name):
+        return Call.ALLOC
     return Call.LAUNCH
+
+
+def is_alloc_name(name: str) -> bool:
+    """A memory-management call (``Call.ALLOC``): allocation, free, pinning, mapping, pool growth."""
+    return call_class_of_name(name) == Call.ALLOC
 
 
 @per_trace

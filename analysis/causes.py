@@ -5,13 +5,21 @@ device waited on a peer or the network), time covered by the profiler's own over
 ``profiler``. The rest is split by the thread that launched the next compute op, the one the
 device waited for; every instant of it falls in the strongest class that covers it:
 
-    sync    inside a synchronising call (or a CPU op that makes one: ``.item()``)
+    sync    inside a synchronising call (or the innermost CPU op that makes one: ``.item()``)
+    alloc   inside a memory-management call (cudaMalloc, cudaFree, cudaHostAlloc, their HIP twins)
     copy    inside a copy call (or a CPU op that makes one: ``.to("cuda")``)
     launch  inside a launch call, or a short CPU op that issues one (dispatch overhead)
     host    anything else: Python, CPU ops with no CUDA calls, slow CPU ops, untraced time
 
-    thread  ──py──[aten::mul [cudaLaunchKernel]]──py──[aten::item [memcpy][sync....]]
-    class     host  launch                       host  sync (the op inherits its call)
+    thread  ──py──[aten::mul [cudaLaunchKernel]]──py──[aten::item [memcpy][sync....]]──py──[launch]
+    class     host  launch                       host  sync (the op inherits its call)  sync (run-ahead)
+
+The run-ahead: host work after a synchronising call that waited for the device (the device drained
+while the host sat in it), up to the next call that queues work, is ``sync`` as well, for at most as
+long as the call waited: without the sync the host would have done that work while the device ran
+what it was waiting for (DESIGN.md § Gap cause). The same after a memory-management call that waited
+for the device (``cudaFree`` synchronises) is ``alloc``. Time inside the input pipeline (a DataLoader's
+``__next__``) stays ``host``: feeding the GPU ahead is that time's own lever.
 
 A CPU op longer than ``DISPATCH_MAX_NS`` that launches work is host work, not launch overhead:
 a first-call GEMM that spends 2 ms loading its module is a host island, not a picket fence.
@@ -21,6 +29,7 @@ Per class the covered time is a union with prefix sums, so all gaps split at onc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,7 +60,10 @@ WARMUP_LAUNCH_NS = 1_000_000
 #: An op that starts this long after its launch returned, with the device empty meanwhile, gets a note:
 #: queueing on an idle device takes microseconds.
 QUEUE_NOTE_NS = 1_000_000
-THREAD_CLASSES = ("sync", "copy", "launch", "host")
+THREAD_CLASSES = ("sync", "alloc", "copy", "launch", "host")
+#: Host ranges and ops that are the input pipeline: the step thread waiting for (or making) its next batch.
+#: Their time is ``host`` even after a sync: "feed the GPU ahead" (DataLoader workers, prefetch) is its lever.
+INPUT_PIPELINE = re.compile(r"^enumerate\(DataLoader\)#|DataLoader.*__next__", re.IGNORECASE)
 NO_LAUNCH_HINT = "the GPU op after this gap has no recorded launch call: its host thread was not traced"
 NO_NEXT_HINT = "no GPU work follows this gap in the trace"
 DEPENDENCY_HINT = (
@@ -75,24 +87,29 @@ COMM_HINT = (
 )
 
 
+#: A thread's time levels, strongest first; each level is the union of its own intervals and every
+#: stronger level's, so the time at exactly one level is a difference of two prefix-sum lookups.
+LEVELS = ("sync", "alloc", "copy", "launch", "pipeline", "ahead_sync", "ahead_alloc")
+
+
 @dataclass
 class ThreadTime:
-    """Covered time of one host thread at each class level (Call.LAUNCH, Call.COPY, Call.SYNC and above)."""
+    """Covered time of one host thread at each level of ``LEVELS`` (cumulative unions)."""
 
     pid: int
     tid: int
-    levels: dict[Call, BusySpans]
+    levels: dict[str, BusySpans]
 
     def split(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        """(k, 4) time in sync, copy, launch, host for each interval [s, e)."""
+        """(k, 5) time in sync, alloc, copy, launch, host (``THREAD_CLASSES``) for each interval [s, e)."""
         s = np.asarray(s, np.int64)
         e = np.asarray(e, np.int64)
-        at = {lv: _busy_between(self.levels[lv], s, e) for lv in (Call.LAUNCH, Call.COPY, Call.SYNC)}
-        sync = at[Call.SYNC]
-        copy = at[Call.COPY] - at[Call.SYNC]
-        launch = at[Call.LAUNCH] - at[Call.COPY]
-        host = (e - s) - at[Call.LAUNCH]
-        return np.stack((sync, copy, launch, host), axis=1).clip(min=0)
+        at = {lv: _busy_between(self.levels[lv], s, e) for lv in LEVELS}
+        own = {lv: at[lv] - (at[LEVELS[k - 1]] if k else 0) for k, lv in enumerate(LEVELS)}
+        sync = own["sync"] + own["ahead_sync"]
+        alloc = own["alloc"] + own["ahead_alloc"]
+        host = (e - s) - at["ahead_alloc"] + own["pipeline"]
+        return np.stack((sync, alloc, own["copy"], own["launch"], host), axis=1).clip(min=0)
 
 
 def _busy_between(spans: BusySpans, s: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -114,16 +131,22 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
     - copy: only time inside copy calls (never a CPU op that issued one: ``record_param_comms``
       issuing a DtoD copy is not copying): a blocking call from its copy's start, an asynchronous
       host<->device copy call whole; an asynchronous device-local (DtoD, peer) copy call is a launch;
-    - launch: launch calls, except memory management (``Call.HOST``) and the first launch of a
+    - alloc: memory-management calls (``Call.ALLOC``);
+    - launch: launch calls, except memory management and module loading and the first launch of a
       kernel that ran longer than ``WARMUP_LAUNCH_NS`` (it loaded the module: warm-up host work);
-      a short CPU op that makes any call that queues work (dispatch overhead).
+      a short CPU op that makes any call that queues work (dispatch overhead);
+    - pipeline: the input pipeline's ranges and ops (``INPUT_PIPELINE``): host time, never run-ahead;
+    - ahead_sync / ahead_alloc: the run-ahead after a sync or memory-management call that waited for
+      the device, up to the next call that queues work and at most as long as the call waited.
     """
     cls = api_class(trace)
     copy_op = _copy_op_of_calls(trace, cls)
     warm = _warmup_launches(trace, cls)
+    waited = _waited_ns(trace, cls)
+    pipeline = _pipeline_events(trace)
     by_thread: dict[tuple[int, int], dict[LaneKind, int]] = {}
     for ln in trace.lanes:
-        if ln.kind in (LaneKind.CUDA_API, LaneKind.CPU_OPS):
+        if ln.kind in (LaneKind.CUDA_API, LaneKind.CPU_OPS, LaneKind.ANNOTATIONS):
             by_thread.setdefault((ln.pid, ln.tid), {})[ln.kind] = ln.id
     out = {}
     for key, lanes in by_thread.items():
@@ -177,18 +200,86 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         lm = (a_c == Call.LAUNCH) & ~warm(api)
         launch_s += [a_s[lm], o_s[inside(Call.LAUNCH) & short]]
         launch_e += [a_e[lm], o_e[inside(Call.LAUNCH) & short]]
+        alloc = a_c == Call.ALLOC
+        pipe = [p for p in (pipeline.get(lanes.get(k, -1)) for k in (LaneKind.CPU_OPS, LaneKind.ANNOTATIONS)) if p]
+        ahead = _run_ahead(a_s, a_e, a_c, waited[api])
         levels = {}
         acc_s: list[np.ndarray] = []
         acc_e: list[np.ndarray] = []
         for lv, add_s, add_e in (
-            (Call.SYNC, sync_s, sync_e),
-            (Call.COPY, copy_s, copy_e),
-            (Call.LAUNCH, launch_s, launch_e),
+            ("sync", sync_s, sync_e),
+            ("alloc", [a_s[alloc]], [a_e[alloc]]),
+            ("copy", copy_s, copy_e),
+            ("launch", launch_s, launch_e),
+            ("pipeline", [p[0] for p in pipe], [p[1] for p in pipe]),
+            ("ahead_sync", [ahead[0][0]], [ahead[0][1]]),
+            ("ahead_alloc", [ahead[1][0]], [ahead[1][1]]),
         ):
             acc_s += add_s
             acc_e += add_e
             levels[lv] = BusySpans(_cat(acc_s), _cat(acc_e))
         out[key] = ThreadTime(key[0], key[1], levels)
+    return out
+
+
+def _waited_ns(trace: Trace, cls: np.ndarray) -> np.ndarray:
+    """Per event: how long a synchronising or memory-management call waited for the device (0 otherwise).
+
+    The wait is from the call's start to the end of the latest GPU op that ended inside it: the device
+    drained while the host sat in the call (``cudaFree`` synchronises the device as ``cudaDeviceSynchronize``
+    does). A call inside which no op ended waited on nothing.
+    """
+    from gaplens.analysis.busy import gpu_work
+
+    out = np.zeros(len(trace), np.int64)
+    calls = np.flatnonzero((cls == Call.SYNC) | (cls == Call.ALLOC))
+    ops = gpu_work(trace)
+    if calls.size == 0 or ops.size == 0:
+        return out
+    ends = np.sort(trace.end_ns[ops])
+    k = np.searchsorted(ends, trace.end_ns[calls], "right") - 1
+    last = ends[np.maximum(k, 0)]
+    ok = (k >= 0) & (last > trace.start_ns[calls])
+    out[calls[ok]] = (last - trace.start_ns[calls])[ok]
+    return out
+
+
+def _run_ahead(
+    a_s: np.ndarray, a_e: np.ndarray, a_c: np.ndarray, waited: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """One thread's run-ahead lost to waiting calls: ((starts, ends) after syncs, (starts, ends) after allocs).
+
+    From a waiting call's return to the next call that queues work (a launch, copy or sync call), and no
+    longer than the call waited: past that the device would have run dry anyway, so the host was late.
+    """
+    order = np.argsort(a_s, kind="stable")
+    s, e, c, w = a_s[order], a_e[order], a_c[order], waited[order]
+    queues = np.flatnonzero(c >= Call.LAUNCH)
+    out = []
+    for cls_ in (Call.SYNC, Call.ALLOC):
+        k = np.flatnonzero((c == cls_) & (w > 0))
+        if k.size == 0 or queues.size == 0:
+            out.append((np.empty(0, np.int64), np.empty(0, np.int64)))
+            continue
+        j = np.searchsorted(s[queues], e[k], "left")  # the first queueing call starting at or after the return
+        has = j < queues.size
+        nxt = np.where(has, s[queues[np.minimum(j, queues.size - 1)]], e[k])
+        end = np.minimum(nxt, e[k] + w[k])
+        out.append((e[k], np.maximum(end, e[k])))
+    return out[0], out[1]
+
+
+@per_trace
+def _pipeline_events(trace: Trace) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Per CPU-op or annotation lane: (starts, ends) of its input-pipeline events (``INPUT_PIPELINE``)."""
+    ids = [i for i, nm in enumerate(trace.names) if INPUT_PIPELINE.search(nm)]
+    if not ids:
+        return {}
+    ev = np.flatnonzero(np.isin(trace.name_id, ids) & (trace.kind != int(Kind.CUDA_API)))
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for lane in np.unique(trace.lane[ev]).tolist():
+        mine = ev[trace.lane[ev] == lane]
+        out[int(lane)] = (trace.start_ns[mine].astype(np.int64), trace.end_ns[mine].astype(np.int64))
     return out
 
 
@@ -295,8 +386,8 @@ def _first_at_or_after(
 
 
 def split_gaps(trace: Trace, starts: np.ndarray, ends: np.ndarray, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(k, 4) split of each gap into sync/copy/launch/host time, and whether its launching thread is known."""
-    shares = np.zeros((starts.size, 4), dtype=np.int64)
+    """(k, 5) split of each gap into sync/alloc/copy/launch/host time, and whether its launching thread is known."""
+    shares = np.zeros((starts.size, len(THREAD_CLASSES)), dtype=np.int64)
     launch = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
     known = launch >= 0
     if not known.any():
@@ -390,6 +481,13 @@ def _messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kn
                 messages[i] = DEPENDENCY_GRAPH_HINT
             else:
                 messages[i] = DEPENDENCY_HINT
+    for c, cls_, head in (
+        ("alloc", Call.ALLOC, "the launching thread sat in memory-management calls"),
+        ("sync", Call.SYNC, "the launching thread synchronised"),
+    ):
+        picked = np.flatnonzero(cause == col[c])
+        for i, text in zip(picked.tolist(), _call_messages(trace, reg, picked, nxt, cls_, head), strict=True):
+            messages[i] = text
     copies = np.flatnonzero(cause == col["copy"])
     if copies.size:
         for i, text in zip(copies.tolist(), _copy_messages(trace, reg, copies, nxt), strict=True):
@@ -559,6 +657,47 @@ def _copy_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray
     return out
 
 
+def _call_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray, cls_: Call, head: str) -> list[str]:
+    """For alloc- or sync-caused gaps: the calls of that class the launching thread made in the region and
+    just before it (the run-ahead follows the call), by name with their count and time: ``cudaFree ×12 3.1 ms``."""
+    from gaplens.analysis.units import fmt_ns
+
+    cls = api_class(trace)
+    waited = _waited_ns(trace, cls)
+    out = []
+    for i in gaps.tolist():
+        call = int(trace.launch[int(nxt[i])]) if nxt[i] >= 0 else -1
+        if call < 0:
+            out.append("")
+            continue
+        s, e = int(reg.start_ns[i]), int(reg.end_ns[i])
+        sl = trace.lane_events(int(trace.lane[call]))
+        idx = np.arange(sl.start, sl.stop)
+        # the calls inside the region, and the last one of the class before it (whose run-ahead this may be)
+        mine = idx[cls[idx] == cls_]
+        inside = mine[(trace.start_ns[mine] < e) & (trace.end_ns[mine] > s)]
+        before = mine[trace.end_ns[mine] <= s]
+        if before.size and inside.size == 0:
+            inside = before[[np.argmax(trace.end_ns[before])]]
+        if inside.size == 0:
+            out.append(head)
+            continue
+        named: dict[str, list[int]] = {}
+        for c in inside.tolist():
+            acc = named.setdefault(trace.name(c), [0, 0])
+            acc[0] += 1
+            acc[1] += int(trace.end_ns[c] - trace.start_ns[c])
+        ranked = sorted(named.items(), key=lambda kv: -kv[1][1])
+        calls = ", ".join(f"{k} ×{n} {fmt_ns(t)}" for k, (n, t) in ranked[:3])
+        last = int(inside[np.argmax(trace.end_ns[inside])])
+        ahead = int(trace.end_ns[last]) < e and waited[last] > 0
+        tail = (
+            "; then ran host work it could have done while the device still had work (run-ahead lost)" if ahead else ""
+        )
+        out.append(f"{head}: {calls}{tail}")
+    return out
+
+
 def _copy_call_text(trace: Trace, nxt: int, s: int, e: int) -> str:
     """What the launching thread's copy calls inside [s, e) copied: ``HtoD pageable`` and the time in the calls."""
     from gaplens.analysis.units import fmt_ns
@@ -644,7 +783,7 @@ def evidence(trace: Trace, g: Gap, nxt: int, limit: int = 8) -> list[int]:
             continue
         ov = np.minimum(trace.end_ns[idx], g.end_ns) - np.maximum(trace.start_ns[idx], g.start_ns)
         if ln.kind == LaneKind.CUDA_API:
-            keep = cls[idx] >= Call.COPY
+            keep = (cls[idx] >= Call.COPY) | (cls[idx] == Call.ALLOC)
             calls += [(int(o), int(i)) for i, o in zip(idx[keep], ov[keep], strict=True)]
         elif ln.kind == LaneKind.CPU_OPS:
             op_parts.append((idx, ov))

@@ -43,6 +43,7 @@ CAUSE_WORDS = {
     "host": "host islands",
     "launch": "launch overhead",
     "sync": "synchronisation",
+    "alloc": "memory allocation",
     "copy": "copies",
     "comm": "communication waits",
     "dependency": "waits on queued work",

@@ -29,7 +29,7 @@ from gaplens.analysis.regions import Regions, regions
 from gaplens.loaders.model import Trace, TraceError
 
 #: Every cause a blank region can have (DESIGN.md § Gap cause).
-CAUSES = ("dependency", "sync", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
+CAUSES = ("dependency", "sync", "alloc", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
 #: Causes that are no finding: nothing was asked, or the profiler measured itself.
 NOT_WORK = (CAUSES.index("idle"), CAUSES.index("profiler"))
 #: A gap is on the critical path when host-side path segments cover this share of it.
@@ -201,7 +201,7 @@ def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapC
     comm = path.time_in(starts, ends, path.comm_side(trace))
     copy = path.time_in(starts, ends, path.copy_side(trace) | path.host_side())
     # Dependency regions are never on the path through the host: the host was not late.
-    starved = np.isin(cause, [CAUSES.index(x) for x in ("sync", "launch", "host")])
+    starved = np.isin(cause, [CAUSES.index(x) for x in ("sync", "alloc", "launch", "host")])
     on = (
         (starved & (host >= ON_PATH_SHARE * dur))
         | ((cause == CAUSES.index("comm")) & (comm >= ON_PATH_SHARE * dur))

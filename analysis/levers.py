@@ -245,7 +245,112 @@ def fitted_lever(trace: Trace, smell: str, workload: str, copies: list[int] | No
         return copy_lever(trace, copies, workload)
     if smell == "comm":
         return COMM_LEVER
+    if smell == "alloc":
+        return alloc_lever(trace, workload)
+    if smell == "sync_cliff" and _syncs_per_step(trace) >= SYNC_LOOP_MIN:
+        return sync_lever(trace, workload)
     if smell == "dependency":
         lv = launches(trace)
         return GRAPHED_DEPENDENCY_LEVER.format(graphs=lv.graphs) if lv.graphed else DEPENDENCY_LEVER
     return lever(smell, workload)
+
+
+#: The launch lever once the steps can be captured whole and the trace replays no graph yet: a static step
+#: (training's too) is what CUDA graphs are for; fusing kernels shortens the loop, a graph removes it.
+GRAPH_STEP_LEVER = (
+    "capture the step in a CUDA graph (torch.cuda.graph with static input buffers, or torch.compile with "
+    "mode='reduce-overhead'): its {launches} launches per step become one graph launch and the Python, "
+    "dispatcher and autograd time between them goes; else fuse the small kernels"
+)
+
+
+def graph_lever(trace: Trace, workload: str, base: str) -> str:
+    """The picket fence's lever when ``--graph step`` models it: capture the whole step (serving's own lever
+    already says so)."""
+    if workload == "serving":
+        return base
+    from gaplens.analysis.calls import Call, api_class
+
+    per, _ = _per_step(trace, np.flatnonzero(api_class(trace) == Call.LAUNCH))
+    return GRAPH_STEP_LEVER.format(launches=f"{per:,.0f}")
+
+
+#: The allocation lever, by what the trace shows allocating.
+ALLOC_LEVERS = {
+    "device": "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and reuse buffers "
+    "instead of creating and freeing device tensors inside the loop",
+    "pinned": "allocate the pinned host buffers once and reuse them (a pinned-memory pool, "
+    "DataLoader(pin_memory=True)), not a new pinned buffer every step",
+    "hpc": "allocate once before the loop and reuse the buffers (cudaMallocAsync with a memory pool, or a "
+    "caching allocator), not cudaMalloc/cudaFree every step",
+}
+#: The synchronisation-in-the-loop lever (DESIGN.md § What-if: ``--remove sync``).
+SYNC_LOOP_LEVER = (
+    "remove the synchronisation inside the loop (timing code that synchronises, .item(), .cpu(), printing "
+    "CUDA tensors): time with CUDA events, read values back once per step or less, so the host runs ahead"
+)
+
+
+def _per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
+    """How many of the events ``idx`` fall in a steady step, per steady step, and the unit ("per step" /
+    "per decode_step"); over the whole trace ("in the trace") without steps."""
+    from gaplens.analysis.steps import step_of, steps
+
+    st = steps(trace)
+    if not st or not st.steady:
+        return float(idx.size), "in the trace"
+    k = step_of(trace, idx, st)
+    steady = st.steady_mask()
+    n = int(((k >= 0) & steady[np.maximum(k, 0)]).sum())
+    return n / max(len(st.steady), 1), f"per {st.label}"
+
+
+def _calls_text(trace: Trace, idx: np.ndarray) -> str:
+    """``cudaFree ×12, cudaMalloc ×12 per train_step (3.1 ms)``: the calls by name, most time first."""
+    from gaplens.analysis.units import fmt_ns
+
+    if idx.size == 0:
+        return ""
+    per, unit = _per_step(trace, idx)
+    share = per / max(idx.size, 1)
+    ids, inv = np.unique(trace.name_id[idx], return_inverse=True)
+    dur = (trace.end_ns[idx] - trace.start_ns[idx]).astype(np.int64)
+    t = np.bincount(inv, weights=dur, minlength=ids.size)
+    n = np.bincount(inv, minlength=ids.size)
+    order = np.argsort(-t)[:3]
+    parts = [f"{trace.names[int(ids[j])]} ×{n[j] * share:.3g}" for j in order.tolist()]
+    return f"{', '.join(parts)} {unit} ({fmt_ns(int(dur.sum() * share))})"
+
+
+#: Synchronising calls per steady step from which the syncs are "inside the loop" (per layer, per token,
+#: timing code): one read-back per step (the loss, the token) is the step's own; two or more are a loop's.
+SYNC_LOOP_MIN = 2
+
+
+def _syncs_per_step(trace: Trace) -> float:
+    from gaplens.analysis.calls import Call, api_class
+
+    return _per_step(trace, np.flatnonzero(api_class(trace) == Call.SYNC))[0]
+
+
+def alloc_lever(trace: Trace, workload: str) -> str:
+    """The allocation lever, naming the memory the trace allocates and its calls per step."""
+    from gaplens.analysis.calls import Call, api_class
+
+    idx = np.flatnonzero(api_class(trace) == Call.ALLOC)
+    names = {trace.names[int(i)].lower() for i in np.unique(trace.name_id[idx]).tolist()}
+    pinned = any("host" in n for n in names)
+    key = "hpc" if workload == "hpc" else ("pinned" if pinned and not any("host" not in n for n in names) else "device")
+    calls = _calls_text(trace, idx)
+    return f"{ALLOC_LEVERS[key]}: {calls}" if calls else ALLOC_LEVERS[key]
+
+
+def sync_lever(trace: Trace, workload: str = "generic") -> str:
+    """The synchronisation lever, naming the synchronising calls and how often they run per step (a program
+    without a framework keeps the CUDA runtime's words)."""
+    from gaplens.analysis.calls import Call, api_class
+
+    base = lever("sync_cliff", "hpc") if workload == "hpc" else SYNC_LOOP_LEVER
+    idx = np.flatnonzero(api_class(trace) == Call.SYNC)
+    calls = _calls_text(trace, idx)
+    return f"{base}: {calls}" if calls else base

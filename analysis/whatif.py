@@ -19,15 +19,25 @@ critical path predicts no gain. Edges (as ``analysis.critical_path``):
     --remove host: the island is taken off the thread; k2, the sync's return, k3 and the
     thread's later points move earlier by as much as their other predecessors allow.
 
-Changes:
-- ``remove CAUSE`` (host, launch, sync, copy): for every blank region of that cause (``host``: the
-  host islands, as wide as the host-island smell's bound; ``launch``: the launch loop, launch-cause
-  regions and the shorter host gaps between launches), the launching thread's time from the
-  region's start until the next op's launch handed it over is taken off that thread (time
-  blocked inside a call waiting for the device excepted: it follows the device). ``sync`` and
-  ``copy`` also stop the blocking calls of that class overlapping the region from waiting (the
-  call keeps only its own cost); ``sync`` also unblocks the synchronise calls behind a sync
-  cliff (the device ran dry while the host sat in the call: ``.item()`` in the loop).
+Changes (one per lever: ``analysis.lever_changes`` says which lever is which change):
+- ``remove host``: the host islands (host-cause regions as wide as the host-island smell's bound),
+  and the step thread's wait for its next batch (the input pipeline: a DataLoader's ``__next__``),
+  are taken off their threads: from the region's start until the next op's launch handed it over
+  (time blocked inside a call waiting for the device excepted: it follows the device). The launch
+  loop's short gaps, a compiled or graphed call's own host overhead and warm-up stay.
+- ``remove launch``: launch-cause regions and the shorter host gaps between launches, as above.
+- ``remove sync``: every synchronising call stops waiting (it keeps its own cost); the host's own work
+  stays but no longer waits for the device first, so it runs ahead (a sync per layer: the step tends
+  to the longer of the host's and the device's work, not their sum).
+- ``remove alloc``: memory-management calls cost what a caching allocator's reuse costs (nothing),
+  and the waits inside them (``cudaFree`` synchronises) go with them.
+- ``remove copy``: the copy-cause regions' host time as above; blocking copy calls stop waiting; and
+  host<->device copies on a stream that also computes leave that stream's order, as if prefetched on
+  a side stream ahead of their consumers.
+- ``graph PHASE`` (``graph step``): every instance of the phase captured as one CUDA graph: the host's
+  work inside it becomes one graph launch (``GRAPH_LAUNCH_NS_PER_NODE`` per op), its GPU ops keep
+  their durations, order and dependencies and run back to back (``GRAPH_NODE_GAP_NS``). Refused
+  where an instance synchronises (a graph cannot hold a blocking call).
 - ``scale GLOB=FACTOR``: GPU ops (kernels, copies, memsets) whose name matches the glob
   take FACTOR times as long.
 
@@ -40,6 +50,7 @@ a Python step per blocking call and numpy for the rest.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,19 +59,25 @@ from gaplens.analysis.memo import per_trace
 from gaplens.loaders.model import Kind, Trace, TraceError
 
 #: Causes whose host-side time can be taken off a thread.
-REMOVABLE = ("host", "launch", "sync", "copy")
-#: Causes whose blocking calls stop waiting when removed (sync calls; synchronous copy calls).
-UNBLOCKS = {"sync": 3, "copy": 2}  # analysis.calls.Call values
+REMOVABLE = ("host", "launch", "sync", "alloc", "copy")
+#: Causes whose blocking calls of this class stop waiting where they overlap the cause's regions.
+UNBLOCKS = {"copy": 2}  # analysis.calls.Call.COPY
+#: Host cost of one graph launch per op it replays: cudaGraphLaunch took 160 us (median of 8, 156-178 us)
+#: for 186 kernels in round-3 graphs_fixed (H200, PyTorch 2.11): 0.86 us a node.
+GRAPH_LAUNCH_NS_PER_NODE = 860
+#: Device time between two ops of one replayed graph: the median gap between consecutive kernels of
+#: round-3 graphs_fixed's replays is 0.42 us (p10-p90 0.38-0.51 us, 1,496 kernels).
+GRAPH_NODE_GAP_NS = 420
+#: Graphs ``--graph`` captures per instance at most: a step that reads one value back (the token, the loss)
+#: is captured around that synchronisation, as serving engines do; a step that synchronises more often
+#: than that has the synchronisations as its lever first (``--remove sync``), and is refused.
+MAX_GRAPHS_PER_INSTANCE = 2
 #: A predicted change of the median step below this share is "no gain": it is under the
 #: step-to-step spread of real recordings (round-3 pairs: median absolute deviation 0.3-6% of the step).
 NO_GAIN_SHARE = 0.01
 #: Replay passes over one batch of ops that wait on each other across streams (a chain of
 #: cross-stream waits deeper than this inside one sync interval is cut, and noted).
 MAX_WAIT_PASSES = 8
-#: Step 6's "host" group is its islands when they hold at least this share of the host-cause blank
-#: time in steady steps; below it the group is mostly the launch loop's short host gaps (eager decode:
-#: 2-3%; the island and DataLoader recordings: over 80%), and every host-cause region is taken off.
-ISLANDS_HOLD = 0.5
 CUT_NOTE = (
     f"a chain of cross-stream waits deeper than {MAX_WAIT_PASSES} inside one sync interval was cut: "
     "ops at its end may be predicted early"
@@ -71,15 +88,24 @@ NEG = -(1 << 62)
 
 @dataclass(frozen=True)
 class Change:
-    """One change: ``Change("remove", "host")`` or ``Change("scale", "Memcpy HtoD*", 0.12)``."""
+    """One change: ``Change("remove", "host")``, ``Change("graph", "step")``, ``Change("scale", "Memcpy*", 0.12)``."""
 
     kind: str
     target: str
     factor: float = 1.0
-    every: bool = False  # remove: every region of the cause (no island / launch-loop split), as step 6 groups them
+    every: bool = False  # remove host: every host-cause region (no island / launch-loop split)
 
     def text(self) -> str:
-        return f"--remove {self.target}" if self.kind == "remove" else f"--scale '{self.target}={self.factor:g}'"
+        if self.kind == "scale":
+            return f"--scale '{self.target}={self.factor:g}'"
+        return f"--{self.kind} {self.target}"
+
+
+def parse_graph(target: str) -> Change:
+    """``--graph PHASE``: a phase name (or family, ``decode_step``) or ``step`` for the step owner's step."""
+    if not target.strip():
+        raise ValueError("--graph wants a phase name or 'step'")
+    return Change("graph", target.strip())
 
 
 def parse_scale(text: str) -> Change:
@@ -297,18 +323,22 @@ class Replay:
 
 def _exit_lookup(b: _Base, span: int, t0: int) -> tuple:
     """Blocking returns keyed by (thread, time), and each thread's *driver*: itself when it blocks, else the
-    thread of its process that blocks most (autograd's and DDP's threads are set going by it: they follow
-    its shift at the same moment; the hand-off itself is not traced)."""
+    thread of its process that blocks most, or, when none of them blocks, the one that launches most
+    (autograd's and DDP's threads are set going by it: they follow its shift at the same moment; the
+    hand-off itself is not traced)."""
     bt = b.thread[b.b_call]
     by_thread = bt * span + (b.b_end - t0)
     o1 = np.argsort(by_thread, kind="stable")
     n_thr = b.thread_pid.size
     count = np.bincount(bt, minlength=n_thr) if bt.size else np.zeros(n_thr, np.int64)
+    lt = b.thread[b.call[b.call >= 0]]
+    launches = np.bincount(lt[lt >= 0], minlength=n_thr) if lt.size else np.zeros(n_thr, np.int64)
     driver = np.where(count > 0, np.arange(n_thr), -1)
     for pid in np.unique(b.thread_pid).tolist():
         mine = np.flatnonzero(b.thread_pid == pid)
-        best = mine[np.argmax(count[mine])]
-        if count[best] > 0:
+        best = mine[np.argmax(count[mine])] if count[mine].max() > 0 else mine[np.argmax(launches[mine])]
+        if count[best] > 0 or launches[best] > 0:
+            driver[best] = best
             driver[mine[count[mine] == 0]] = best
     return by_thread[o1], o1, driver
 
@@ -339,12 +369,9 @@ def _static_shift(
     kk = _latest_exit(lk, thread, t, deleted.span, deleted.t0)
     th = np.maximum(thread, 0)
     ref = np.where(kk >= 0, b.b_end[np.maximum(kk, 0)] if b.b_end.size else 0, deleted.t0)
-    lost = deleted.before(th, t) - deleted.before(th, ref)
     drv = lk[2][th] if lk[2].size else th
-    other = (thread >= 0) & (drv >= 0) & (drv != th)
-    if other.any():
-        dv = np.maximum(drv, 0)
-        lost = lost + np.where(other, deleted.before(dv, t) - deleted.before(dv, ref), 0)
+    band = np.where(drv >= 0, drv, th)  # the process's timeline (``replay`` files every deletion there)
+    lost = deleted.before(band, t) - deleted.before(band, ref)
     return kk, np.where(thread >= 0, lost, 0)
 
 
@@ -363,6 +390,7 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
         raise TraceError("trace too long for the what-if replay's time keys")
     d = b.e - b.s
     dnew = d.copy()
+    rnew = b.r.copy()
     described: list[dict] = []
     notes: list[str] = []
     del_thread: list[np.ndarray] = []
@@ -377,12 +405,20 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
                 {"kind": "scale", "glob": ch.target, "factor": ch.factor, "ops": int(hit.sum()),
                  "gpu_ns": int(d[hit].sum()), "gpu_ns_after": int(dnew[hit].sum())}
             )  # fmt: skip
+        elif ch.kind == "graph":
+            th, s0, s1, desc, graphed = _graph_instances(trace, b, ch.target)
+            del_thread.append(th)
+            del_s.append(s0)
+            del_e.append(s1)
+            rnew[graphed] = np.minimum(rnew[graphed], GRAPH_NODE_GAP_NS)  # back to back, a node's gap apart
+            described.append(desc)
         else:
-            th, s0, s1, desc, ub = _removal(trace, b, ch.target, ch.every)
+            th, s0, s1, desc, ub, off_stream = _removal(trace, b, ch.target, ch.every)
             del_thread.append(th)
             del_s.append(s0)
             del_e.append(s1)
             unblock |= ub
+            dnew[off_stream] = 0  # prefetched on a side stream: no longer in this stream's order
             described.append(desc)
     cat = np.concatenate
     ds = cat(del_s) if del_s else np.empty(0, np.int64)
@@ -391,20 +427,26 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
     # time blocked in a call waiting for the device is not host work: never taken off
     bt = b.thread[b.b_call]
     keyed = _Deleted(np.empty(0, np.int64), ds[:0], de[:0], t0, span)
-    ks, ke = _subtract(
-        keyed.key(dt, ds), keyed.key(dt, de), keyed.key(bt, b.b_start), keyed.key(bt, b.b_start + b.b_wait)
-    )
-    deleted = _Deleted(ks // span, ks % span + t0, ke % span + t0, t0, span)
     wait_s, wait_e = keyed.key(bt, b.b_start), keyed.key(bt, b.b_start + b.b_wait)
-    removes = [d for d in described if d["kind"] == "remove"]
-    for desc, th, s0, s1 in zip(removes, del_thread, del_s, del_e, strict=True):
-        own_s, own_e = _subtract(keyed.key(th, s0), keyed.key(th, s1), wait_s, wait_e)
-        desc["host_ns"] = int((own_e - own_s).sum())  # this change's own; changes may overlap
     lk = _exit_lookup(b, span, t0)
+    # One timeline per process: what a change takes off any of its threads, its driver gets too (the thread
+    # that calls ``backward`` waits for autograd's; autograd's is set going by it), so every thread of the
+    # process shifts by the union of what came off them (``_static_shift`` reads the driver's band).
+    drv = lk[2]
+    own_s, own_e = _subtract(keyed.key(dt, ds), keyed.key(dt, de), wait_s, wait_e)
+    own_t = own_s // span
+    mapped = np.where(drv[own_t] >= 0, drv[own_t], own_t) if own_t.size else own_t
+    ks = mapped * span + own_s % span
+    ke = mapped * span + (own_e - own_t * span)
+    deleted = _Deleted(ks // span, ks % span + t0, ke % span + t0, t0, span)
+    removes = [d for d in described if d["kind"] in ("remove", "graph")]
+    for desc, th, s0, s1 in zip(removes, del_thread, del_s, del_e, strict=True):
+        mine_s, mine_e = _subtract(keyed.key(th, s0), keyed.key(th, s1), wait_s, wait_e)
+        desc["host_ns"] = int((mine_e - mine_s).sum())  # this change's own; changes may overlap
     rp = Replay(
         b, np.empty(0, np.int64), np.empty(0, np.int64), np.zeros(b.b_call.size + 1, np.int64), deleted, lk, notes
     )
-    _run(rp, dnew, unblock, span, t0)
+    _run(rp, dnew, rnew, unblock, span, t0)
     return rp, described
 
 
@@ -448,31 +490,97 @@ def _regions_of(trace: Trace, cols, cause: str, every: bool = False) -> np.ndarr
     return np.flatnonzero(cols.cause == CAUSES.index(cause))
 
 
-def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
-    """(threads, starts, ends) of host time to take off, a description, and the calls that stop blocking."""
-    from gaplens.analysis.gaps import gap_columns
+def _region_host_time(trace: Trace, b: _Base, cols, sel: np.ndarray):
+    """(threads, starts, ends) of the launching threads' time in the regions ``sel``, each from the region's
+    start until the next op's launch handed it over (copy/sync calls enqueue at entry; launches when they
+    return); and how many regions had no traced launching thread."""
+    from gaplens.analysis.calls import Call, api_class
 
-    cols = gap_columns(trace)
-    sel = _regions_of(trace, cols, cause, every)
     nxt = cols.next_op[sel]
     call = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
     has = call >= 0
     c = call[has]
     g0 = cols.start_ns[sel][has]
-    # until the call handed the op over (copy/sync calls enqueue at entry; launches when they return)
-    from gaplens.analysis.calls import Call, api_class
-
     cls = api_class(trace)[c]
     handed = np.where(cls >= Call.COPY, trace.start_ns[c], trace.end_ns[c])
     g1 = np.minimum(cols.end_ns[sel][has], handed)
     th = b.thread[c]
     okt = th >= 0
-    th, g0, g1 = th[okt], g0[okt], g1[okt]
+    return th[okt], g0[okt], g1[okt], cols.end_ns[sel][has][okt], int((~has).sum() + (~okt).sum())
+
+
+def _calls_of(trace: Trace, b: _Base, cls_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(threads, starts, ends) of every API call of class ``cls_`` on a traced host thread."""
+    from gaplens.analysis.calls import api_class
+
+    idx = np.flatnonzero(api_class(trace) == cls_)
+    idx = idx[b.thread[idx] >= 0]
+    return b.thread[idx], trace.start_ns[idx].astype(np.int64), trace.end_ns[idx].astype(np.int64)
+
+
+def _pipeline_time(trace: Trace, b: _Base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(threads, starts, ends) of the input pipeline inside the steps: the step thread waiting for (or
+    making) its next batch (``analysis.causes.INPUT_PIPELINE``: a DataLoader's ``__next__``)."""
+    from gaplens.analysis.causes import INPUT_PIPELINE
+    from gaplens.analysis.steps import steps
+
+    ids = [i for i, nm in enumerate(trace.names) if INPUT_PIPELINE.search(nm)]
+    st = steps(trace)
+    empty = np.empty(0, np.int64)
+    if not ids or not st:
+        return empty, empty, empty
+    ev = np.flatnonzero(np.isin(trace.name_id, ids) & (b.thread >= 0) & (trace.kind != int(Kind.CUDA_API)))
+    h0 = np.asarray([a for a, _ in st.host_spans], np.int64)
+    h1 = np.asarray([z for _, z in st.host_spans], np.int64)
+    s, e = trace.start_ns[ev].astype(np.int64), trace.end_ns[ev].astype(np.int64)
+    k = np.searchsorted(h0, s, "right") - 1  # the step holding each fetch (steps do not overlap)
+    ok = (k >= 0) & (s < h1[np.maximum(k, 0)])
+    return b.thread[ev][ok], s[ok], np.minimum(e, h1[np.maximum(k, 0)])[ok]
+
+
+def _off_stream_copies(trace: Trace, b: _Base, cols, sel: np.ndarray) -> np.ndarray:
+    """Positions in ``b.g`` of host<->device copies inside the regions ``sel`` that sit on a stream which also
+    runs compute: ``--remove copy`` takes them out of that stream's order (prefetched on a side stream)."""
+    from gaplens.analysis.busy import compute_mask
+
+    out = np.zeros(b.g.size, dtype=bool)
+    if sel.size == 0 or b.g.size == 0:
+        return out
+    host_link = np.isin(trace.kind[b.g], (int(Kind.MEMCPY_HTOD), int(Kind.MEMCPY_DTOH)))
+    compute_lanes = np.unique(trace.lane[np.flatnonzero(compute_mask(trace))])
+    on_compute = np.isin(trace.lane[b.g], compute_lanes)
+    r0, r1 = _union(cols.start_ns[sel].astype(np.int64), cols.end_ns[sel].astype(np.int64))
+    k = np.searchsorted(r0, b.e, "left") - 1  # the last region starting before the copy ends
+    overlaps = (k >= 0) & (b.s < r1[np.maximum(k, 0)])
+    return host_link & on_compute & overlaps
+
+
+def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
+    """(threads, starts, ends) of host time to take off, a description, the blocking calls that stop waiting,
+    and the GPU ops (positions in ``b.g``) that leave their stream's order."""
+    from gaplens.analysis.calls import Call, api_class
+    from gaplens.analysis.gaps import gap_columns
+
+    cols = gap_columns(trace)
+    sel = _regions_of(trace, cols, cause, every)
     unblock = np.zeros(b.b_call.size, dtype=bool)
+    off_stream = np.zeros(b.g.size, dtype=bool)
+    empty = np.empty(0, np.int64)
+    th, g0, g1, region_end, untraced = empty, empty, empty, empty, 0
+    pipeline_ns = None
+    if cause in ("host", "launch", "copy"):
+        th, g0, g1, region_end, untraced = _region_host_time(trace, b, cols, sel)
+    if cause == "host" and not every:
+        pt, ps, pe = _pipeline_time(trace, b)
+        pipeline_ns = int((pe - ps).sum())
+        th, g0, g1 = np.concatenate((th, pt)), np.concatenate((g0, ps)), np.concatenate((g1, pe))
+    if cause == "alloc":  # every memory-management call: a reused block costs nothing
+        th, g0, g1 = _calls_of(trace, b, int(Call.ALLOC))
+    if cause == "sync" and b.b_call.size:  # every synchronising call stops waiting; the host's work stays
+        unblock = api_class(trace)[b.b_call] == Call.SYNC
     if cause in UNBLOCKS and b.b_call.size and th.size:
         bt = b.thread[b.b_call]
-        cls_b = api_class(trace)[b.b_call]
-        mine = cls_b == UNBLOCKS[cause]
+        mine = api_class(trace)[b.b_call] == UNBLOCKS[cause]
         for t in np.unique(th).tolist():  # per thread (a handful), vectorised over regions
             calls = np.flatnonzero(mine & (bt == t))
             if calls.size == 0:
@@ -481,18 +589,15 @@ def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
             o = np.argsort(cs)
             calls, cs = calls[o], cs[o]
             ce = b.b_end[calls]
-            m = th == t
-            lo = np.searchsorted(ce, g0[m], "right")
-            hi = np.searchsorted(cs, cols.end_ns[sel][has][okt][m], "left")
+            m = th[: region_end.size] == t
+            lo = np.searchsorted(ce, g0[: region_end.size][m], "right")
+            hi = np.searchsorted(cs, region_end[m], "left")
             cover = np.zeros(calls.size + 1, np.int64)
             np.add.at(cover, lo, 1)
             np.add.at(cover, np.maximum(hi, lo), -1)
             unblock[calls[np.cumsum(cover)[:-1] > 0]] = True
-    cliffs = 0
-    if cause == "sync":
-        cliff = _cliff_calls(trace, b, cols) & ~unblock
-        cliffs = int(cliff.sum())
-        unblock |= cliff
+    if cause == "copy":
+        off_stream = _off_stream_copies(trace, b, cols, sel)
     on = cols.on_path[sel]
     dur = cols.end_ns[sel] - cols.start_ns[sel]
     desc = {
@@ -503,37 +608,106 @@ def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
         "on_critical_path": int(on.sum()),
         "blank_ns": int(dur.sum()),
         "blank_on_path_ns": int(dur[on].sum()),
-        "untraced_regions": int((~has).sum() + (~okt).sum()),
+        "untraced_regions": untraced,
         "calls_unblocked": int(unblock.sum()),
-        "sync_cliffs": cliffs if cause == "sync" else None,
+        "calls_removed": int(th.size) if cause == "alloc" else None,
+        "pipeline_ns": pipeline_ns,
+        "copies_off_stream": int(off_stream.sum()) if cause == "copy" else None,
     }
-    return th, g0, g1, desc, unblock
+    return th, g0, g1, desc, unblock, off_stream
 
 
-def _cliff_calls(trace: Trace, b: _Base, cols) -> np.ndarray:
-    """Blocking synchronise calls behind a sync cliff: the device ran dry while the host sat in the call
-    (an on-path blank region began between the awaited op's end, less the launch latency, and the
-    call's return), so the host, not the device, paced what followed. ``--remove sync`` unblocks them."""
-    from gaplens.analysis.calls import Call, api_class
-    from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
+def _graph_instances(trace: Trace, b: _Base, target: str):
+    """``--graph TARGET``: the host time inside each instance to take off, a description, and the GPU ops
+    (positions in ``b.g``) launched inside an instance. ValueError when TARGET names nothing or synchronises."""
+    from gaplens.analysis.units import fmt_ns
 
-    out = np.zeros(b.b_call.size, dtype=bool)
-    if b.b_call.size == 0 or len(cols) == 0:
-        return out
-    sync = api_class(trace)[b.b_call] == Call.SYNC
-    dev = trace.device_of_event()[b.g[b.b_op]]
-    o_end = b.e[b.b_op]
-    on = np.asarray(cols.on_path, dtype=bool)
-    for d in np.unique(dev[sync]).tolist():
-        starts = np.sort(cols.start_ns[on & (cols.device == d)])
-        mine = np.flatnonzero(sync & (dev == d))
-        lo = np.searchsorted(starts, o_end[mine] - QUEUE_AS_LAUNCH_NS, "left")
-        hi = np.searchsorted(starts, b.b_end[mine], "right")
-        out[mine[hi > lo]] = True
-    return out
+    spans, pid, label = _instances(trace, target)
+    if not spans:
+        raise ValueError(f"--graph {target!r}: no step or phase of that name in the trace")
+    h0 = np.asarray([a for a, _ in spans], np.int64)
+    h1 = np.asarray([z for _, z in spans], np.int64)
+    threads = np.flatnonzero(b.thread_pid == pid) if pid is not None else np.arange(b.thread_pid.size)
+    # GPU ops launched inside an instance by a thread of the process: the graph's nodes
+    has = b.call >= 0
+    call = np.maximum(b.call, 0)
+    c_start, c_end = trace.start_ns[call], trace.end_ns[call]
+    kk = np.searchsorted(h0, c_start, "right") - 1
+    graphed = has & np.isin(b.thread[call], threads) & (kk >= 0) & (c_start <= h1[np.maximum(kk, 0)])
+    n = len(spans)
+    # the blocking calls that waited inside an instance, on the process's threads: a graph cannot hold one, so
+    # the capture goes around it (a read-back at the step's end, ``.item()`` of the token, stays eager)
+    bt = b.thread[b.b_call]
+    k = np.searchsorted(h0, b.b_start, "right") - 1
+    blocks = np.isin(bt, threads) & (k >= 0) & (b.b_end <= h1[np.maximum(k, 0)]) & (b.b_wait > 0)
+    bk, bs = k[blocks], b.b_start[blocks]
+    o = np.lexsort((bs, bk))
+    bk, bs = bk[o], bs[o]
+    span_ns = int(h1.max() - h0.min()) + 1 if n else 1
+    # each node's segment: its instance, then how many of the instance's blocking calls started before its launch
+    seg_key = kk * (span_ns + 1) + np.clip(c_start - h0[np.maximum(kk, 0)], 0, span_ns)
+    blk_key = bk * (span_ns + 1) + np.clip(bs - h0[np.maximum(bk, 0)], 0, span_ns)
+    before = np.searchsorted(blk_key, seg_key, "left") - np.searchsorted(bk, kk, "left")
+    seg = np.where(graphed, kk * (int(blocks.sum()) + 1) + before, -1)
+    segs, inv = np.unique(seg[graphed], return_inverse=True)
+    per_instance = np.bincount(segs // (int(blocks.sum()) + 1), minlength=n)
+    if per_instance.max(initial=0) > MAX_GRAPHS_PER_INSTANCE:
+        first = int(b.b_call[np.flatnonzero(blocks)[0]])
+        raise ValueError(
+            f"--graph {target}: {label} synchronises between its launches ({trace.name(first)}, "
+            f"{blocks.sum() / n:.3g} per instance, waiting {fmt_ns(int(b.b_wait[blocks].sum() / n))} each): a CUDA "
+            "graph cannot hold a blocking call; remove the synchronisations first (--remove sync)"
+        )
+    # each segment is captured from its first launch to its last: host work before the first and after the
+    # last stays, as a capture leaves it
+    cap0 = np.full(segs.size, np.iinfo(np.int64).max, np.int64)
+    cap1 = np.full(segs.size, np.iinfo(np.int64).min, np.int64)
+    np.minimum.at(cap0, inv, c_start[graphed])
+    np.maximum.at(cap1, inv, c_end[graphed])
+    nodes = np.bincount(inv, minlength=segs.size).astype(np.int64)
+    launch_ns = nodes * GRAPH_LAUNCH_NS_PER_NODE
+    keep_until = np.minimum(cap0 + launch_ns, cap1)
+    th = np.repeat(threads, segs.size)
+    g0 = np.tile(keep_until, threads.size)
+    g1 = np.tile(cap1, threads.size)
+    desc = {
+        "kind": "graph",
+        "target": target,
+        "label": label,
+        "instances": len(spans),
+        "ops": int(graphed.sum()),
+        "host_ns_before": int((h1 - h0).sum()),
+        "graph_launch_ns": int(launch_ns.sum()),
+        "graphs": int(segs.size),
+    }
+    return th, g0, g1, desc, graphed
 
 
-def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
+def _instances(trace: Trace, target: str) -> tuple[list[tuple[int, int]], int | None, str]:
+    """Host spans of the instances ``--graph`` captures: the step owner's steps for ``step``, else the phases
+    named ``target`` (whole name) or of the family ``target`` (``decode_step`` for ``decode_step 12``)."""
+    from gaplens.analysis.phases import phases
+    from gaplens.analysis.steps import steps
+
+    if target == "step":
+        st = steps(trace)
+        return (
+            ([(int(a), int(z)) for a, z in st.host_spans], st.pid, f"{st.label} (the step)") if st else ([], None, "")
+        )
+    family = re.compile(r"[\s#_-]*\d+$")
+    found = [p for p in phases(trace) if p.name == target or family.sub("", p.name) == target]
+    if not found:
+        return [], None, ""
+    pid = found[0].pid
+    spans = sorted((int(p.host_start_ns), int(p.host_end_ns)) for p in found if p.pid == pid)
+    outer = [spans[0]] if spans else []
+    for a, z in spans[1:]:  # nested instances of one family: the outermost is the capture
+        if a >= outer[-1][1]:
+            outer.append((a, z))
+    return outer, pid, target
+
+
+def _run(rp: Replay, dnew: np.ndarray, rnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
     b = rp.base
     n = b.g.size
     enew = np.full(n, NEG, np.int64)  # in chunk order (below) until the end
@@ -564,7 +738,7 @@ def _run(rp: Replay, dnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) 
     inv = np.empty(n, np.int64)
     inv[perm] = np.arange(n)
     ch, lane = chunk[perm], b.lane_rank[perm]
-    r, ov, dd = b.r[perm], b.ov[perm], dnew[perm]
+    r, ov, dd = rnew[perm], b.ov[perm], dnew[perm]
     rd = r + dd
     ainc = np.maximum(0, rd - ov)
     anchor, wov = b.anchor[perm], b.wov[perm]
@@ -805,8 +979,16 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
     if not label:
         notes.append("the trace has no steps (no numbered user range family, no ProfilerStep#): window only")
     for d in described:
+        notes += _assumed(d)
+        if d["kind"] == "graph":
+            if no_gain:
+                notes.append(
+                    f"no gain from --graph {d['target']}: the device, not the host, sets the pace inside "
+                    f"{d['label']} ({d['ops']:,} ops in {d['instances']} instances)"
+                )
+            continue
         if d["kind"] == "remove":
-            if d["regions"] == 0 and not d.get("sync_cliffs"):
+            if d["regions"] == 0 and not (d.get("calls_unblocked") or d.get("calls_removed") or d.get("pipeline_ns")):
                 if d["cause"] == "host" and d.get("island_min_ns"):
                     notes.append(
                         f"no host island (a host-cause blank region of at least {fmt_ns(d['island_min_ns'])}): "
@@ -821,10 +1003,10 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
                     "thread: their host time stays"
                 )
             if no_gain:
-                if d["regions"] == 0:
+                if d["cause"] == "sync":
                     why = (
-                        f"the {d['sync_cliffs']} synchronise calls behind sync cliffs no longer wait, but what "
-                        "follows them still waits on the device"
+                        f"the {d['calls_unblocked']:,} synchronising calls no longer wait, but what follows them "
+                        "still waits on the device: the host was not ahead of it"
                     )
                 elif d["on_critical_path"] == 0:
                     why = (
@@ -858,6 +1040,48 @@ def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
     return notes
 
 
+def _assumed(d: dict) -> list[str]:
+    """What a change assumed, said once beside its prediction."""
+    if d["kind"] == "graph":
+        return [
+            f"--graph {d['target']}: the {d['instances']} instances of {d['label']} run as {d['graphs']} graph "
+            f"launches ({fmt_graph(d)}), captured between any read-back that stays eager; the {d['ops']:,} GPU ops "
+            f"keep their durations and order, {GRAPH_NODE_GAP_NS} ns apart; assumes the capture holds no host-side "
+            "branching and the inputs live in static buffers"
+        ]
+    if d["kind"] != "remove":
+        return []
+    cause = d["cause"]
+    if cause == "host" and d.get("pipeline_ns"):
+        return [
+            "--remove host takes the step's wait for its next batch off too: assumes the input pipeline "
+            "(more workers, prefetch) keeps up with the GPU"
+        ]
+    if cause == "sync":
+        return [
+            "--remove sync: the synchronising calls no longer wait and the host runs ahead; assumes nothing "
+            "the host does next needs the value the sync read back"
+        ]
+    if cause == "alloc":
+        return [
+            f"--remove alloc: {d.get('calls_removed') or 0:,} memory-management calls cost what a caching "
+            "allocator's reuse costs (nothing); assumes the memory is reused step to step"
+        ]
+    if cause == "copy" and d.get("copies_off_stream"):
+        return [
+            f"--remove copy: {d['copies_off_stream']:,} host<->device copies leave the compute stream, as if "
+            "prefetched on a side stream a step ahead; assumes the copy engine and the host link are not shared"
+        ]
+    return []
+
+
+def fmt_graph(d: dict) -> str:
+    from gaplens.analysis.units import fmt_ns
+
+    per = d["graph_launch_ns"] // max(d["graphs"], 1)
+    return f"{fmt_ns(per)} of host time each, {GRAPH_LAUNCH_NS_PER_NODE} ns a node"
+
+
 def _comm_note(trace: Trace, rp: Replay) -> list[str]:
     """Collectives moved by the change keep their recorded length: how long they waited is the peers' affair."""
     from gaplens.analysis.comm import comm_mask
@@ -872,49 +1096,6 @@ def _comm_note(trace: Trace, rp: Replay) -> list[str]:
         "collectives moved by the change keep their recorded durations: a rank that arrives earlier may wait "
         "longer for its peers, which this trace does not show (read the job with gaplens ranks)"
     ]
-
-
-def _islands_share(trace: Trace) -> float:
-    """Share of the host-cause blank time in steady steps that host islands hold (1.0 when there is none)."""
-    from gaplens.analysis.gaps import CAUSES, gap_columns
-    from gaplens.analysis.steps import steps
-
-    cols = gap_columns(trace)
-    mask = cols.cause == CAUSES.index("host")
-    g0, g1 = cols.start_ns[mask], cols.end_ns[mask]
-    inside = g1 - g0
-    st = steps(trace)
-    if st and st.steady:  # warm-up (a first call's module loading) is set apart, as step 6 does
-        spans = sorted(st.spans[k] for k in st.steady)
-        s0 = np.asarray([a for a, _ in spans], np.int64)
-        s1 = np.asarray([z for _, z in spans], np.int64)
-        cum = np.concatenate(([0], np.cumsum(s1 - s0)))
-
-        def covered(t: np.ndarray) -> np.ndarray:  # steady step time before t
-            k = np.searchsorted(s0, t, "right")
-            last = np.maximum(k - 1, 0)
-            return np.where(k > 0, cum[last] + np.clip(t - s0[last], 0, (s1 - s0)[last]), 0)
-
-        inside = covered(g1) - covered(g0)
-    total = int(inside.sum())
-    island = (g1 - g0) >= island_min_ns(trace)
-    return float(inside[island].sum()) / total if total else 1.0
-
-
-def predicted_gain(trace: Trace, cause: str) -> tuple[int, int] | None:
-    """(measured, predicted) median step in ns with the guided reading's cause group removed; None without
-    steps or such regions.
-
-    As step 6 groups blank time: ``launch`` is the launch loop (``--remove launch``); ``host`` is the host
-    islands (``--remove host``) when they hold most of the host-cause blank time, else every host-cause
-    region (the group is then the loop's short host gaps, which "keep Python out of the loop" removes).
-    """
-    every = cause == "host" and _islands_share(trace) < ISLANDS_HOLD
-    r = whatif(trace, [Change("remove", parse_remove(cause).target, every=every)])
-    st = r["steps"]
-    if st["measured_median_ns"] is None or not r["changes"] or r["changes"][0]["regions"] == 0:
-        return None
-    return int(st["measured_median_ns"]), int(st["predicted_median_ns"])
 
 
 def range_times(trace: Trace, changes: list[Change], pattern: str) -> list[tuple[str, int, int]]:

@@ -37,10 +37,12 @@ CAUSE_SMELL = {"sync": "sync_cliff", "copy": "copy_on_path", "launch": "picket_f
 CAUSE_WORDS = {
     "dependency": "the next GPU op was already queued: the device waited on a dependency (an event or stream "
     "wait, another stream's work, a graph edge), not on the host",
-    "sync": "the host was blocked in a synchronising call",
+    "sync": "the host was blocked in a synchronising call, or ran work a synchronising call had kept it from "
+    "doing while the device still had work (its run-ahead was lost)",
+    "alloc": "the host was inside memory-management calls (cudaMalloc, cudaFree, pinned-buffer allocations)",
     "copy": "copies ran (or the host sat in copy calls) while the device computed nothing",
     "launch": "the host was busy issuing launch calls",
-    "host": "the host ran CPU work with no CUDA calls",
+    "host": "the host ran CPU work with no CUDA calls",  # true of host time: calls are other causes
     "comm": "the device only communicated: it waited for a peer or the network",
     "profiler": "the profiler's own work (an artefact of tracing)",
     "idle": "nothing was asked of the device (GPU idle)",

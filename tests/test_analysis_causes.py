@@ -125,10 +125,12 @@ def test_blocking_copy_behind_a_wait_is_the_host_waiting_on_the_device():
     assert copy_label(tr, copy) == "HtoD pageable"
 
 
-def test_memory_management_is_host_not_launch():
-    """cudaMalloc/cudaFree queue nothing: host work.
+def test_memory_management_is_alloc_not_launch_or_host():
+    """cudaMalloc/cudaFree queue nothing: not launch overhead, and their own cause, not "no CUDA calls".
 
     thread  [k1][cudaMalloc ..........][cudaFree .....][k2]
+            0   110                600 610          900 980
+    stream7   ██k1██ 12..100   gap 100..1000            ██k2██
     """
     b = Builder()
     b.launch(0, 10, 12, 100, name="k1")
@@ -136,8 +138,66 @@ def test_memory_management_is_host_not_launch():
     b.call(610, 900, "cudaFree")
     b.launch(980, 990, 1_000, 1_100, name="k2")
     g = _only(analyse_gaps(b.trace()))
-    assert g.cause == "host"
+    assert g.cause == "alloc"
+    assert g.shares["alloc"] == pytest.approx((490 + 290) / 900, abs=1e-3)
     assert g.shares["launch"] == pytest.approx(10 / 900, abs=1e-3)
+    # 100..110, 600..610, 900..980, and 990..1000 (k2 queued after its call returned, within launch latency)
+    assert g.shares["host"] == pytest.approx((10 + 10 + 80 + 10) / 900, abs=1e-3)
+    assert "cudaMalloc ×1" in g.message and "cudaFree ×1" in g.message
+    assert "run-ahead" not in g.message  # neither call waited for the device
+
+
+def test_a_free_that_waits_for_the_device_costs_its_run_ahead_as_alloc():
+    """cudaFree synchronises: it returns when k1 ends (5000); the host work after it, up to the next launch,
+    would have overlapped k1 without the wait, for at most as long as the free waited.
+
+    thread  [k1 call][cudaFree ............ 5000][python ..... 5800][k2 call]
+            0     10  100                                          5800   5810
+    stream7     ████████████████ k1 12..5000 ███   gap 5000..5820  ██k2██
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 5_000, name="k1")
+    b.call(100, 5_000, "cudaFree")
+    b.cpu(5_000, 5_790, "python_work")
+    b.launch(5_800, 5_810, 5_820, 5_900, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert (g.start_ns, g.end_ns) == (5_000, 5_820)
+    assert g.cause == "alloc"
+    # 5000..5800 run-ahead (the free waited 4900 ns, more than 800), 5800..5810 the launch, 5810..5820 host
+    assert g.shares["alloc"] == pytest.approx(800 / 820, abs=1e-3)
+    assert "run-ahead lost" in g.message
+
+
+def test_sync_costs_its_run_ahead_bounded_by_the_wait():
+    """A sync per layer: the host waits 300 ns for k1, then runs 1000 ns of Python before the next launch.
+    Without the sync that Python would have overlapped k1's last 300 ns only: the rest the host was late.
+
+    thread  [k1 call][cudaStreamSynchronize 1000..1300][python 1300..2300][k2 call 2300..2310]
+    stream7   █████ k1 12..1300 █████        gap 1300..2320             ██k2██
+    """
+    b = Builder()
+    b.launch(0, 10, 12, 1_300, name="k1")
+    b.call(1_000, 1_300, "cudaStreamSynchronize")
+    b.cpu(1_300, 2_290, "python_work")
+    b.launch(2_300, 2_310, 2_320, 2_400, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert (g.start_ns, g.end_ns) == (1_300, 2_320)
+    assert g.shares["sync"] == pytest.approx(300 / 1_020, abs=1e-3)
+    assert g.shares["host"] == pytest.approx(710 / 1_020, abs=1e-3)
+    assert g.cause == "host"  # the host was late for the other 700 ns whether it synchronised or not
+
+
+def test_the_input_pipeline_after_a_sync_stays_host_work():
+    """The step's wait for its next batch (a DataLoader's __next__) after a ``.item()`` is the input
+    pipeline's time, with its own lever (more workers, prefetch), not the sync's run-ahead."""
+    b = Builder()
+    b.launch(0, 10, 12, 5_000, name="k1")
+    b.call(100, 5_000, "cudaStreamSynchronize")
+    b.phase(5_000, 5_800, "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__")
+    b.launch(5_800, 5_810, 5_820, 5_900, name="k2")
+    g = _only(analyse_gaps(b.trace()))
+    assert g.cause == "host"
+    assert g.shares["host"] == pytest.approx(810 / 820, abs=1e-3)
 
 
 def test_first_launch_that_loads_its_module_is_warm_up_host_work():

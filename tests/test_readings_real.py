@@ -350,7 +350,8 @@ def test_levers_follow_the_workload(traces):
 
     assert training["host_island"] == TRAINING_ISLAND_NO_LOADER != LEVERS["host_island"]["serving"]
     hpc = load(public("pipit/cloverleaf_nsys2024.5.sqlite"))
-    assert all(f.lever == LEVERS[f.kind]["hpc"] for f in smells(hpc))
+    # the HPC words, fitted: a sync cliff's lever names the synchronising calls and how often they run
+    assert all(f.lever.startswith(LEVERS[f.kind]["hpc"]) for f in smells(hpc))
 
 
 def test_a_kernel_bound_trace_gets_the_kernel_lever():

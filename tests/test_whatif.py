@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from gaplens.analysis.gaps import CAUSES, gap_columns
-from gaplens.analysis.whatif import Change, parse_remove, parse_scale, predicted_gain, replay, whatif
+from gaplens.analysis.lever_changes import quote
+from gaplens.analysis.whatif import Change, parse_remove, parse_scale, replay, whatif
 from gaplens.loaders.model import Device, Kind, LaneKind, Meta
 from tests.handbuilt import PID, Builder, stream
 
@@ -94,7 +95,8 @@ def test_removing_an_island_on_the_path_moves_everything_after_it():
     assert r["changes"][0]["regions"] == 3 and r["changes"][0]["on_critical_path"] == 3
     # the step owner times steps as CUDA events would: the same here (the sync drains the stream)
     assert r["steps"]["predicted_median_ns"] == 95 * US
-    assert predicted_gain(tr, "host") == (400 * US, 95 * US)
+    q = quote(tr, "host")  # step 6's quote for the host lever is this change's
+    assert q.command == "--remove host" and (q.measured_ns, q.predicted_ns) == (400 * US, 95 * US)
     # the same regions are no launch loop: --remove launch leaves them
     assert whatif(tr, [parse_remove("launch")])["steps"]["predicted_median_ns"] == 400 * US
 
@@ -104,7 +106,9 @@ def test_nothing_to_remove_says_so():
     r = whatif(tr, [parse_remove("copy")])
     assert r["steps"]["predicted_median_ns"] == r["steps"]["measured_median_ns"] == 400 * US
     assert any("no blank region has cause copy" in n for n in r["notes"])
-    assert predicted_gain(tr, "copy") is None
+    q = quote(tr, "copy")
+    assert q.measured_ns == q.predicted_ns == 400 * US
+    assert q.lines() and q.lines()[0].startswith("what-if predicts no gain")  # said, never "A → A"
 
 
 def two_devices():
@@ -180,14 +184,14 @@ def sync_on_other_device():
 
 
 def test_removing_a_sync_frees_the_work_behind_it():
-    """--remove sync: the sync keeps its own 5 ns (returns at 45) and 600..620 of host time is taken off,
-    so k2's launch returns at 620 - 560 - 20 = 40; k2 queues behind k1 (ends 100) + 2 ns: 102..180.
-    The window now ends with kX (600): 588 ns instead of 688."""
+    """--remove sync: the sync keeps its own 5 ns (returns at 45); the host's own work after it stays (no host
+    time is taken off) but runs 560 ns earlier, so k2's launch returns at 620 - 560 = 60; k2 queues behind k1
+    (ends 100) + 2 ns: 102..180. The window now ends with kX (600): 588 ns instead of 688."""
     tr = sync_on_other_device()
     cols = gap_columns(tr)
     assert [CAUSES[int(c)] for c in cols.cause] == ["sync"]  # precondition
     r = whatif(tr, [parse_remove("sync")])
-    assert r["changes"][0]["calls_unblocked"] == 1 and r["changes"][0]["host_ns"] == 20
+    assert r["changes"][0]["calls_unblocked"] == 1 and r["changes"][0]["host_ns"] == 0
     assert _times(tr, [Change("remove", "sync")], "k1", "k2", "kX") == {
         "k1": (12, 100),
         "k2": (102, 180),
@@ -221,15 +225,18 @@ def test_a_faster_copy_pulls_the_blocked_host_with_it():
     assert t["k2"] == (152, 235)
 
 
-def test_removing_the_copy_call_frees_the_host_but_not_the_stream():
+def test_removing_the_copy_takes_it_off_the_host_and_out_of_the_compute_stream():
     """--remove copy: the call stops waiting (keeps its own 5 ns), 395..415 of host time is taken off, so
-    k2's launch returns at 20; k2 still queues behind the copy on its stream (395) + 2 ns: 397..480.
-    With the copy x0.1 too, k2 follows the copy's new end (130): 132..215."""
+    k2's launch returns at 20; and the copy, on the stream that computes, leaves its order (prefetched on a
+    side stream): k2 queues behind k1 (100) + 2 ns: 102..185. Scaling the copy instead (pinned: x0.1) keeps
+    it in the stream and the call blocking: the copy ends at 130, the call returns 5 ns later (135, 265 ns
+    early), k2's launch returns at 415 - 265 = 150 and k2 runs 152..235."""
     tr = pageable_copy()
     r = whatif(tr, [parse_remove("copy")])
     assert r["changes"][0]["calls_unblocked"] == 1 and r["changes"][0]["host_ns"] == 20
-    assert _times(tr, [parse_remove("copy")], "k2")["k2"] == (397, 480)
-    assert _times(tr, [parse_remove("copy"), parse_scale("Memcpy HtoD*=0.1")], "k2")["k2"] == (132, 215)
+    assert r["changes"][0]["copies_off_stream"] == 1
+    assert _times(tr, [parse_remove("copy")], "k2")["k2"] == (102, 185)
+    assert _times(tr, [parse_scale("Memcpy HtoD*=0.1")], "k2")["k2"] == (152, 235)
 
 
 def sync_cliff():
@@ -248,13 +255,12 @@ def sync_cliff():
 
 
 def test_removing_a_sync_cliff_lets_the_host_work_while_the_device_runs():
-    """--remove sync: no region has cause sync, but the device ran dry while the host sat in the sync:
-    the call keeps its own 5 ns (returns at 25), the host runs 480 ns earlier, k2's launch returns at 330
+    """--remove sync: the device ran dry while the host sat in the sync: every synchronising call stops
+    waiting and keeps its own 5 ns (returns at 25), the host runs 480 ns earlier, k2's launch returns at 330
     and k2 queues behind k1 (500) + 2 ns: 502..590."""
     tr = sync_cliff()
-    assert "sync" not in {CAUSES[int(c)] for c in gap_columns(tr).cause}  # precondition
     r = whatif(tr, [parse_remove("sync")])
-    assert r["changes"][0]["sync_cliffs"] == 1 and r["changes"][0]["calls_unblocked"] == 1
+    assert r["changes"][0]["calls_unblocked"] == 1 and r["changes"][0]["host_ns"] == 0
     assert _times(tr, [parse_remove("sync")], "k2")["k2"] == (502, 590)
     assert r["window_ns"] == {"measured": 888, "predicted": 578}
     assert not any("nothing to remove" in n for n in r["notes"])

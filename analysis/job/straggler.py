@@ -43,6 +43,7 @@ LEAD_FLOOR_NS = 10_000
 CAUSE_WORDS = {
     "host": "busy on the host with no GPU work (a host island)",
     "sync": "blocked in a synchronising call",
+    "alloc": "inside memory-management calls (cudaMalloc, cudaFree)",
     "launch": "issuing launch calls",
     "copy": "copying between host and device",
     "compute": "computing on its GPU: a slower phase",

@@ -31,7 +31,8 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, union
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
-from gaplens.analysis.levers import fitted_lever
+from gaplens.analysis.lever_changes import NO_MODEL, quotes
+from gaplens.analysis.levers import fitted_lever, graph_lever
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.regions import active_compute_pct
 from gaplens.analysis.steps import Steps, step_of, steps
@@ -66,13 +67,14 @@ GROUP_NAMES = {
     "launch": "launch-bound",
     "host": "host work",
     "sync": "synchronisation",
+    "alloc": "memory allocation",
     "copy": "copies",
     "comm": "waiting in communication",
     "dependency": "waiting on queued work",
     "unknown": "unexplained (the host side is missing)",
 }
 #: The smell (or lever key) each cause group is fixed by.
-GROUP_LEVER = {**CAUSE_SMELL, "comm": "comm", "dependency": "dependency"}
+GROUP_LEVER = {**CAUSE_SMELL, "comm": "comm", "dependency": "dependency", "alloc": "alloc"}
 
 
 @dataclass
@@ -249,6 +251,7 @@ def experiment(trace: Trace) -> Experiment:
             "copy",
             int(by[c]),
             total,
+            facts=[line for q in quotes(trace, "copy", copy_events) for line in q.lines()],
         )
     compute_pct = _compute_pct(trace, st, cols)
     quiet = total < DEVICE_PACED_BLANK_SHARE * steady_ns
@@ -258,7 +261,8 @@ def experiment(trace: Trace) -> Experiment:
             f"waiting on queued work: the device waited {fmt_ns(dependency)} off the host's path "
             f"({100 * dependency / steady_ns:.0f}% of the time {sd.words}) against {fmt_ns(total)} on it"
         )
-        return Experiment(fitted_lever(trace, "dependency", _kind(trace)), why, "dependency", dependency, total)
+        lever = fitted_lever(trace, "dependency", _kind(trace))
+        return Experiment(lever, why, "dependency", dependency, total, facts=[NO_MODEL["dependency"]])
     if total == 0 or compute_pct >= KERNEL_BOUND_PCT or quiet:
         # The compute share is of the time work was asked (idle stretches left out): a 13.3 s profiler step
         # holding 1.76 µs of work read "100% busy computing in 1 steady ProfilerStep" (HTA triton_example).
@@ -270,7 +274,7 @@ def experiment(trace: Trace) -> Experiment:
             why = f"the host is not what the device waits for: {compute_pct:.0f}% busy computing {where}; {on_path}"
             return Experiment(GPU_SIDE_LEVER, why, "device", 0, total, None, facts)
         why = f"the device paces the work: {compute_pct:.0f}% busy computing {where}; {on_path}"
-        return _device(trace, why, total, _steady_spans(trace, st), facts)
+        return _device(trace, why, total, _steady_spans(trace, st), [*facts, NO_MODEL["device"]])
     g = int(np.argmax(by))
     cause = CAUSES[g]
     blank = int(by[g])
@@ -288,8 +292,11 @@ def experiment(trace: Trace) -> Experiment:
         return Experiment(lever, because, "better_trace", blank, total, highlight, facts)
     facts += _the_gap_line(cols, the, g, total, inside)
     copies = _copies_in(trace, cols.start_ns[mine], cols.end_ns[mine]) if cause == "copy" else None
+    qs = quotes(trace, cause, copies)
     lever = fitted_lever(trace, GROUP_LEVER.get(cause, cause), _kind(trace), copies)
-    return Experiment(lever, because, cause, blank, total, highlight, facts + _gain(trace, cause))
+    if qs[0].changes and qs[0].changes[0].kind == "graph":
+        lever = graph_lever(trace, _kind(trace), lever)
+    return Experiment(lever, because, cause, blank, total, highlight, facts + [ln for q in qs for ln in q.lines()])
 
 
 def _copies_in(trace: Trace, g0: np.ndarray, g1: np.ndarray) -> list[int]:
@@ -403,19 +410,3 @@ def _smell_line(trace: Trace, cause: str) -> list[str]:
     if not groups:
         return [f"no {SMELL_NAMES[kind]} crosses its threshold: the time is spread over many small regions"]
     return [f"smell: {groups[0].line}"]
-
-
-def _gain(trace: Trace, cause: str) -> list[str]:
-    """What-if's predicted step time with the group's host time removed, once the what-if reading exists."""
-    try:
-        from gaplens.analysis.whatif import predicted_gain
-    except ImportError:
-        return []
-    try:
-        got = predicted_gain(trace, cause)
-    except ValueError:
-        return []
-    if got is None:
-        return []
-    m, p = got
-    return [f"removing the {cause} time: {fmt_ns(m)} → {fmt_ns(p)} per step predicted (gaplens whatif)"]

@@ -1,11 +1,11 @@
-"""`gaplens whatif TRACE [--remove CAUSE]... [--scale GLOB=FACTOR]...`: predicted window and step after a change."""
+"""`gaplens whatif TRACE [--remove CAUSE]... [--graph PHASE]... [--scale GLOB=FACTOR]...`: predicted window and step."""
 
 from __future__ import annotations
 
 import argparse
 
 from gaplens.analysis.units import fmt_ns
-from gaplens.analysis.whatif import REMOVABLE, Change, parse_remove, parse_scale, whatif
+from gaplens.analysis.whatif import REMOVABLE, Change, parse_graph, parse_remove, parse_scale, whatif
 from gaplens.loaders import TraceError
 from gaplens.tui.commands.common import load_trace, print_json
 
@@ -25,6 +25,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help=f"take the host time behind blank regions of this cause off its threads ({', '.join(REMOVABLE)})",
     )
     p.add_argument(
+        "--graph",
+        action="append",
+        default=[],
+        metavar="PHASE",
+        help="capture every instance of PHASE (a range name or family, or 'step') as a CUDA graph",
+    )
+    p.add_argument(
         "--scale",
         action="append",
         default=[],
@@ -37,7 +44,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def changes_of(args: argparse.Namespace) -> list[Change]:
     """The changes asked for, in command-line order; malformed ones are unusable input (exit 2)."""
     try:
-        return [parse_remove(c) for c in args.remove] + [parse_scale(s) for s in args.scale]
+        return (
+            [parse_remove(c) for c in args.remove]
+            + [parse_graph(g) for g in args.graph]
+            + [parse_scale(s) for s in args.scale]
+        )
     except ValueError as exc:
         raise TraceError(str(exc)) from None
 
@@ -45,7 +56,10 @@ def changes_of(args: argparse.Namespace) -> list[Change]:
 def run(args: argparse.Namespace) -> int:
     changes = changes_of(args)
     trace = load_trace(args.trace)
-    result = whatif(trace, changes)
+    try:
+        result = whatif(trace, changes)
+    except ValueError as exc:  # a change the trace refuses (--graph of a phase that synchronises)
+        raise TraceError(str(exc)) from None
     if args.json:
         print_json(result)
     else:
@@ -60,14 +74,24 @@ def _pct(measured: int | None, predicted: int | None) -> str:
 
 
 def _change_line(d: dict) -> str:
+    if d["kind"] == "graph":
+        return (
+            f"--graph {d['target']}: {d['instances']:,} instances of {d['label']} as {d['graphs']:,} graph launches, "
+            f"{d['ops']:,} GPU ops; {fmt_ns(d['host_ns'])} of host time taken off"
+        )
     if d["kind"] == "scale":
         return (
             f"--scale '{d['glob']}={d['factor']:g}': {d['ops']:,} GPU ops, "
             f"{fmt_ns(d['gpu_ns'])} -> {fmt_ns(d['gpu_ns_after'])}"
         )
     taken = f", {fmt_ns(d['host_ns'])} of host time taken off" if d.get("host_ns") is not None else ""
-    cliffs = f" ({d['sync_cliffs']:,} behind sync cliffs)" if d.get("sync_cliffs") else ""
-    unblocked = f", {d['calls_unblocked']:,} blocking calls no longer wait{cliffs}" if d["calls_unblocked"] else ""
+    unblocked = f", {d['calls_unblocked']:,} blocking calls no longer wait" if d["calls_unblocked"] else ""
+    if d.get("calls_removed"):
+        unblocked += f", {d['calls_removed']:,} memory-management calls cost nothing"
+    if d.get("pipeline_ns"):
+        unblocked += f", {fmt_ns(d['pipeline_ns'])} of waiting for the next batch taken off"
+    if d.get("copies_off_stream"):
+        unblocked += f", {d['copies_off_stream']:,} copies off the compute stream"
     return (
         f"--remove {d['cause']}: {d['regions']:,} blank regions ({fmt_ns(d['blank_ns'])}, "
         f"{d['on_critical_path']:,} on the critical path){taken}{unblocked}"
