@@ -117,7 +117,11 @@ def _messages():
     )
     msg(
         "XStatMetadata",
-        [("id", 1, F.TYPE_INT64, opt, ""), ("name", 2, F.TYPE_STRING, opt, ""), ("description", 3, F.TYPE_STRING, opt, "")],
+        [
+            ("id", 1, F.TYPE_INT64, opt, ""),
+            ("name", 2, F.TYPE_STRING, opt, ""),
+            ("description", 3, F.TYPE_STRING, opt, ""),
+        ],
     )
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
@@ -180,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             n = fn(data)
             best = min(best, time.perf_counter() - t)
-        print(f"{label:<9} {n:>10,} events  best of {args.repeat}: {best:.3f} s  ({best / max(n, 1) * 1e6:.2f} us/event)")
+        print(
+            f"{label:<9} {n:>10,} events  best of {args.repeat}: {best:.3f} s  ({best / max(n, 1) * 1e6:.2f} us/event)"
+        )
     return 0
 
 

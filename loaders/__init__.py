@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 if TYPE_CHECKING:
     from gaplens.loaders.kineto.reader import LoadStats
@@ -75,7 +76,7 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
     if not head:
         raise TraceError(f"{path}: the file is empty")
     body = _gunzipped_head(head, len(head)) or head
-    if _is_xplane(path, body):
+    if looks_like_xplane(path, body):
         from gaplens.loaders.xplane import load_xplane
 
         return _require_events(path, load_xplane(path, progress))
@@ -83,10 +84,8 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
         from gaplens.loaders.rocprof import load_rocprof
 
         return _require_events(path, load_rocprof(path, progress))
-    if body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
-        raise TraceError(
-            f"{path}: not a trace gaplens reads (neither JSON, an SQLite export nor an XSpace protobuf)"
-        )
+    if not head.startswith(GZIP_MAGIC) and body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
+        raise TraceError(f"{path}: not a trace gaplens reads (neither JSON, an SQLite export nor an XSpace protobuf)")
     from gaplens.loaders.kineto.reader import load_kineto
 
     return _require_events(path, load_kineto(path, progress, stats))
@@ -98,12 +97,6 @@ def _require_events(path: str, trace: Trace) -> Trace:
         return trace
     why = "; ".join(trace.meta.warnings) or "empty traceEvents"
     raise TraceError(f"{path}: the trace holds no duration events ({why})")
-
-
-def _is_xplane(path: str, body: bytes) -> bool:
-    """An XSpace by name, or by its first bytes: field 1 (planes) as a length-delimited record (0x0a),
-    which no JSON, SQLite or gzip file starts with."""
-    return path.endswith((".xplane.pb", ".xplane.pb.gz", ".pb")) or body[:1] == b"\x0a"
 
 
 def _profile_file(folder: str) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
 from gaplens.loaders.model import TraceError
+from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 #: File names a folder of rank traces is read for (tensorboard_trace_handler writes ``*.pt.trace.json[.gz]``).
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep", ".xplane.pb", ".xplane.pb.gz")
@@ -86,7 +87,7 @@ def sniff(path: str) -> JobFile:
             return JobFile(path, None, f"{path}: damaged gzip header")
     if body.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep"):
         return JobFile(path, "nsys")
-    if path.endswith((".xplane.pb", ".xplane.pb.gz")) or body[:1] == b"\x0a":
+    if looks_like_xplane(path, body):
         return JobFile(path, "xplane")
     if b'"rocprofiler-sdk-tool"' in body:
         return JobFile(path, "rocprof")

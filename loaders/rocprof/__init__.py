@@ -55,7 +55,9 @@ def load_rocprof(path: str, progress: Progress | None = None) -> Trace:
         try:
             _read_tool(tool, index, cols, meta, devices, counts, scopes)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-            raise TraceError(f"{path}: a rocprofv3 record without the fields it needs ({type(exc).__name__}: {exc})") from None
+            raise TraceError(
+                f"{path}: a rocprofv3 record without the fields it needs ({type(exc).__name__}: {exc})"
+            ) from None
     trace = cols.finish(meta, np.asarray(scopes, dtype=np.int64) if scopes else None)
     used = {ln.device for ln in trace.lanes if ln.is_gpu}
     meta.devices = sorted((d for d in devices.values() if d.id in used), key=lambda d: d.id)

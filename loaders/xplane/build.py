@@ -85,7 +85,9 @@ def build(space: Space, data: bytes, path: str, repairs: Repairs) -> Trace:
         if m:
             dev = int(m.group("n")) if m.group("kind") == "GPU" else 1000 * (1 + len(devices)) + int(m.group("n"))
             if n:
-                devices.append(Device(dev, _device_name(plane, m.group("kind"), int(m.group("n"))), _props(plane, data)))
+                devices.append(
+                    Device(dev, _device_name(plane, m.group("kind"), int(m.group("n"))), _props(plane, data))
+                )
             aggregates += _device_plane(out, plane, data, dev, m.group("kind"))
         elif plane.name == "/host:CPU":
             aggregates += _host_plane(out, plane, data, host_pid)
@@ -184,8 +186,12 @@ def _texts(plane: Plane, data: bytes, rows: np.ndarray) -> list[str]:
     out: list[str] = []
     seen: dict[bytes, str] = {}
     for k, i, a, b, f in zip(
-        kind.tolist(), ints.tolist(), ev.stat_start[rows].tolist(), ev.stat_end[rows].tolist(),
-        ev.stat_float[rows].tolist(), strict=True,
+        kind.tolist(),
+        ints.tolist(),
+        ev.stat_start[rows].tolist(),
+        ev.stat_end[rows].tolist(),
+        ev.stat_float[rows].tolist(),
+        strict=True,
     ):
         if k == REF:
             out.append(plane.stat_names.get(i, ""))
@@ -273,7 +279,7 @@ def _device_plane(out: _Out, plane: Plane, data: bytes, dev: int, kind_word: str
         else:
             line_lane[i] = out.lane((LaneKind.GPU_ANNOTATIONS, dev, line.id & 0x7FFFFFFF), line.name)
     name_id, names = _names(out, plane)
-    mids, inverse = np.unique(ev.metadata_id, return_inverse=True)
+    _mids, inverse = np.unique(ev.metadata_id, return_inverse=True)
     by_name = np.asarray([_op_kind(nm) for nm in names], np.int8)[inverse.reshape(-1)]
     kind = np.where(line_copy[ev.line] > 0, line_copy[ev.line], by_name)
     kind = np.where(by_name != int(Kind.KERNEL), by_name, kind)  # a name that says copy/memset wins
@@ -316,7 +322,7 @@ def _host_plane(out: _Out, plane: Plane, data: bytes, pid: int) -> int:
         return 0
     keep = ~ev.aggregate
     name_id, names = _names(out, plane)
-    mids, inverse = np.unique(ev.metadata_id, return_inverse=True)
+    _mids, inverse = np.unique(ev.metadata_id, return_inverse=True)
     inverse = inverse.reshape(-1)
     python = np.asarray([nm.startswith("$") for nm in names], bool)[inverse]
     runtime = np.asarray([bool(_RUNTIME.match(nm)) for nm in names], bool)[inverse]
@@ -344,7 +350,7 @@ def _host_plane(out: _Out, plane: Plane, data: bytes, pid: int) -> int:
             m = (lane_kind == lk) & (ev.line == li)
             codes[m] = out.lane((LaneKind(lk), pid, li + 1))
     start, end = _times(plane)
-    detail, nbytes = _details(out, plane, data, keep)
+    detail, _nbytes = _details(out, plane, data, keep)
     out.add(
         lane=codes[keep],
         start=start[keep],
