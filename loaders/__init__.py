@@ -84,6 +84,12 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
         from gaplens.loaders.rocprof import load_rocprof
 
         return _require_events(path, load_rocprof(path, progress))
+    from gaplens.loaders.xplane.trace_json import is_jax_trace_json
+
+    if is_jax_trace_json(body):
+        from gaplens.loaders.xplane.trace_json import load_jax_trace_json
+
+        return _require_events(path, load_jax_trace_json(path, progress))
     if not head.startswith(GZIP_MAGIC) and body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
         raise TraceError(f"{path}: not a trace gaplens reads (neither JSON, an SQLite export nor an XSpace protobuf)")
     from gaplens.loaders.kineto.reader import load_kineto

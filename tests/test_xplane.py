@@ -330,3 +330,77 @@ def test_doubles_and_refs_decode():
     assert cols.stat_kind.tolist()[0] == DOUBLE and cols.stat_float.tolist()[0] == 2.5
     assert cols.stat_int.tolist()[1] == 9
     assert struct.unpack("<d", data[-8:])[0] == 2.5
+
+
+JAX_TRACE_JSON = {
+    "displayTimeUnit": "ns",
+    "metadata": {"highres-ticks": True},
+    "traceEvents": [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "pid": 1, "tid": 7, "name": "thread_name", "args": {"name": "Stream #7(Kernel)"}},
+        {"ph": "M", "pid": 1, "tid": 8, "name": "thread_name", "args": {"name": "Stream #8(MemcpyD2H)"}},
+        {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "/host:CPU"}},
+        {"ph": "M", "pid": 2, "tid": 99, "name": "thread_name", "args": {"name": "main"}},
+        {"ph": "X", "pid": 1, "tid": 7, "ts": 10.5, "dur": 3.25, "name": "fusion_1", "args": {"correlation_id": "11"}},
+        {"ph": "X", "pid": 1, "tid": 8, "ts": 14, "dur": 2, "name": "MemcpyD2H", "args": {"correlation_id": "12"}},
+        {"ph": "X", "pid": 2, "tid": 99, "ts": 1, "dur": 20, "name": "train", "args": {"step_num": "0"}},
+        {
+            "ph": "X",
+            "pid": 2,
+            "tid": 99,
+            "ts": 2,
+            "dur": 1,
+            "name": "cuLaunchKernelEx",
+            "args": {"correlation_id": "11"},
+        },
+        {
+            "ph": "X",
+            "pid": 2,
+            "tid": 99,
+            "ts": 3.5,
+            "dur": 1,
+            "name": "cuMemcpyDtoHAsync",
+            "args": {"correlation_id": "12"},
+        },
+        {},
+    ],
+}
+
+
+def test_jax_trace_json_is_recognised_and_never_read_as_pytorch(tmp_path):
+    import gzip
+    import json
+
+    path = tmp_path / "perfetto_trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(JAX_TRACE_JSON).encode()))
+    trace = load(path, use_cache=False)
+    assert trace.meta.source_format == "jax-trace-json"
+    kinds = {Kind(k).name: int((trace.kind == k).sum()) for k in np.unique(trace.kind)}
+    assert kinds == {"KERNEL": 1, "MEMCPY_DTOH": 1, "CUDA_API": 2, "ANNOTATION": 1}
+    gpu = np.flatnonzero(trace.mask(GPU_WORK_KINDS))
+    assert (trace.launch[gpu] >= 0).all()
+    k = trace.kind == Kind.KERNEL
+    assert int(trace.end_ns[k][0] - trace.start_ns[k][0]) == 3_250
+    # A PyTorch trace with a process that happens to be called /host:CPU stays a Kineto trace.
+    events = [dict(e, cat="cpu_op") if e.get("ph") == "X" else e for e in JAX_TRACE_JSON["traceEvents"][:-1]]
+    torch_like = {"schemaVersion": 1, "traceEvents": events}
+    other = tmp_path / "torch.json"
+    other.write_text(json.dumps(torch_like))
+    assert load(other, use_cache=False).meta.source_format == "kineto"
+
+
+def test_a_real_jax_cpu_run_reads_alike_from_its_xplane_and_its_json():
+    from pathlib import Path
+
+    from gaplens.analysis.steps import steps
+
+    data = Path(__file__).parent / "data" / "formats"
+    pb = load(data / "jax_cpu_train.xplane.pb", use_cache=False)
+    js = load(data / "jax_cpu_train.perfetto_trace.json.gz", use_cache=False)
+    assert pb.meta.source_format == "xplane" and js.meta.source_format == "jax-trace-json"
+    for t in (pb, js):
+        assert "gpu" in t.meta.lacks and "cpu" not in t.meta.lacks
+        s = steps(t)
+        assert s.count == 6 and s.label.startswith("train")
+    for kind in (Kind.PYTHON, Kind.ANNOTATION):
+        assert int((pb.kind == kind).sum()) == int((js.kind == kind).sum()) > 0
