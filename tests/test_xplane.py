@@ -404,3 +404,18 @@ def test_a_real_jax_cpu_run_reads_alike_from_its_xplane_and_its_json():
         assert s.count == 6 and s.label.startswith("train")
     for kind in (Kind.PYTHON, Kind.ANNOTATION):
         assert int((pb.kind == kind).sum()) == int((js.kind == kind).sum()) > 0
+
+
+def test_a_real_jax_h200_run_equals_the_reference_in_both_files():
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "formats"
+    raw = (data / "jax_h200_train.xplane.pb").read_bytes()
+    pb = load(data / "jax_h200_train.xplane.pb", use_cache=False)
+    want = _check(pb, raw)
+    assert want["kernels"] == {0: 126} and want["copies"] == {0: 18}
+    gpu = pb.mask(GPU_WORK_KINDS)
+    assert (pb.launch[gpu] >= 0).all()
+    js = load(data / "jax_h200_train.perfetto_trace.json.gz", use_cache=False)
+    got = _reading(js)
+    assert got["kernels"] == want["kernels"] and got["device_busy"] == want["device_busy"]

@@ -122,7 +122,7 @@ def synthetic(n_kernels: int, streams: int = 4, ts_ns: int = 1_000_000) -> bytes
     (``cuLaunchKernelEx``) carries the same id. Kernels last 3 us with 2 us between them.
     """
     gpu_lines, host_events = [], []
-    per = [[] for _ in range(streams)]
+    per: list[list[Ev]] = [[] for _ in range(streams)]
     for i in range(n_kernels):
         s = i % streams
         t = (i // streams) * 5_000_000

@@ -14,6 +14,7 @@ step times). Usage: ``python3 tracegen/record_jax.py OUTDIR``.
 from __future__ import annotations
 
 import glob
+import itertools
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import numpy as np
 
 def init(key, sizes):
     params = []
-    for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+    for a, b in itertools.pairwise(sizes):
         key, sub = jax.random.split(key)
         params.append((jax.random.normal(sub, (a, b), jnp.float32) * (1 / np.sqrt(a)), jnp.zeros((b,), jnp.float32)))
     return params

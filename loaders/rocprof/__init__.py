@@ -106,7 +106,8 @@ def _read_tool(
     agents = {}
     gpus = [a for a in tool.get("agents") or [] if int(a.get("type", 0)) == 2]
     for n, agent in enumerate(gpus):
-        dev = int(agent.get("logical_node_type_id", n))
+        ordinal = agent.get("logical_node_type_id")
+        dev = int(ordinal) if isinstance(ordinal, int) else n
         agents[_handle(agent.get("id"))] = dev
         name = agent.get("product_name") or agent.get("name") or f"GPU {dev}"
         props = {k: v for k, v in agent.items() if isinstance(v, int | float | str)}
@@ -117,7 +118,7 @@ def _read_tool(
     kernel_names = {}
     for key, sym in items:
         if isinstance(sym, dict):
-            kid = int(sym.get("kernel_id", key))
+            kid = int(sym.get("kernel_id", key) or 0)
             kernel_names[kid] = sym.get("formatted_kernel_name") or sym.get("kernel_name") or f"kernel {kid}"
     kinds = [k.get("operations", []) for k in (tool.get("strings") or {}).get("buffer_records", [])]
     kind_names = [k.get("kind", "") for k in (tool.get("strings") or {}).get("buffer_records", [])]

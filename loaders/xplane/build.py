@@ -136,7 +136,7 @@ def _scalar(value: object) -> object:
 
 def _device_name(plane: Plane, kind: str, n: int) -> str:
     stats = {plane.stat_names.get(s, ""): plane.stat_value(s, v, r) for s, v, r in plane.stats}
-    vendor = _scalar(stats.get("device_vendor") or "")
+    vendor = str(_scalar(stats.get("device_vendor") or ""))
     major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
     cap = f" (compute {major}.{minor})" if major is not None else ""
     return f"{vendor + ' ' if vendor else ''}{kind} {n}{cap}"

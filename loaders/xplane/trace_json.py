@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Any
 
 import numpy as np
 import orjson
@@ -43,15 +44,15 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceError(f"{path}: not a JAX trace JSON (no traceEvents array)")
-    processes: dict[int, str] = {}
-    threads: dict[tuple[int, int], str] = {}
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
     for ev in events:
         if isinstance(ev, dict) and ev.get("ph") == "M":
-            args = ev.get("args") or {}
+            margs: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
             if ev.get("name") == "process_name":
-                processes[ev.get("pid")] = str(args.get("name", ""))
+                processes[ev.get("pid")] = str(margs.get("name", ""))
             elif ev.get("name") == "thread_name":
-                threads[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
+                threads[(ev.get("pid"), ev.get("tid"))] = str(margs.get("name", ""))
     cols = EventColumns()
     meta = Meta(source_format="jax-trace-json", path=path, source_version="JAX trace JSON (jax.profiler / XProf)")
     devices: dict[int, Device] = {}
@@ -66,9 +67,10 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
         start = _ns(ev.get("ts"))
         end = start + max(_ns(ev.get("dur")), 0)
         name = str(ev.get("name", ""))
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
         corr = args.get("correlation_id")
         corr = int(corr) if isinstance(corr, int | str) and str(corr).isdigit() else -1
+        tid_key = int(tid) if isinstance(tid, int) else abs(hash(str(tid))) & 0x7FFFFFFF
         detail = "  ".join(f"{k} {args[k]}" for k in DETAIL_STATS if k in args)
         m = _DEVICE.match(plane)
         if m:
@@ -76,9 +78,9 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
             tname = threads.get((pid, tid), "")
             sm = _STREAM.match(tname)
             if not sm:  # derived lines (XLA Modules, Steps, ...): drawn on the device, never busy
-                cols.add((LaneKind.GPU_ANNOTATIONS, dev, int(tid) & 0x7FFFFFFF), start, end, name, Kind.GPU_ANNOTATION)
+                cols.add((LaneKind.GPU_ANNOTATIONS, dev, tid_key & 0x7FFFFFFF), start, end, name, Kind.GPU_ANNOTATION)
                 continue
-            devices.setdefault(dev, Device(dev, processes.get(pid, plane).lstrip("/")))
+            devices.setdefault(dev, Device(dev, (processes.get(pid) or plane).lstrip("/")))
             kind = _op_kind(name)
             lkind = sm.group("kind") or ""
             if kind == int(Kind.KERNEL) and re.search("memset", lkind, re.IGNORECASE):
@@ -90,7 +92,7 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
             stream_of.setdefault((dev, int(sm.group("n"))), 0)
             cols.add((LaneKind.STREAM, dev, int(sm.group("n"))), start, end, name, kind, corr, nbytes, detail)
         elif plane == "/host:CPU":
-            t = int(tid) if isinstance(tid, int) else abs(hash(tid)) & 0x7FFFFFFF
+            t = tid_key
             meta.threads[(host_pid, t)] = threads.get((pid, tid), f"thread {t}")
             step = args.get("step_num")
             if name.startswith("$"):

@@ -225,7 +225,8 @@ def _plane(b: bytes, a: int, e: int, padded: np.ndarray) -> Plane:
     spans: list[int] = []
     for f, wt, v in _fields(b, a, e):
         if f == 3 and wt == 2:
-            plane.lines.append(_line(b, *v, len(plane.lines), spans))  # type: ignore[misc]
+            a0, e0 = v  # type: ignore[misc]
+            plane.lines.append(_line(b, a0, e0, len(plane.lines), spans))
         elif f == 4 and wt == 2:
             key, val = _map_entry(b, *v)  # type: ignore[misc]
             if val is None:
@@ -272,7 +273,8 @@ def decode(data: bytes) -> Space:
     try:
         for f, wt, v in _fields(data, 0, len(data)):
             if f == 1 and wt == 2:
-                space.planes.append(_plane(data, *v, padded))  # type: ignore[misc]
+                a0, e0 = v  # type: ignore[misc]
+                space.planes.append(_plane(data, a0, e0, padded))
             elif f == 4 and wt == 2:
                 space.hostnames.append(_text(data, v))
             elif f == 2 and wt == 2:
