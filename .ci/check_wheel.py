@@ -15,6 +15,8 @@ NEEDED = (
     "gaplens/loaders/model.py",
     "gaplens/loaders/kineto/reader.py",
     "gaplens/loaders/nsys/reader.py",
+    "gaplens/loaders/xplane/wire.py",
+    "gaplens/loaders/rocprof/__init__.py",
     "gaplens/analysis/gaps.py",
     "gaplens/analysis/job/reading.py",
     "gaplens/analysis/floor/reading.py",

@@ -1,4 +1,4 @@
-"""A seeded mutation fuzzer over both formats, through the real command line: crashes, hangs and peak memory.
+"""A seeded mutation fuzzer over Kineto, nsys and XSpace inputs, through the real command line: crashes, hangs, memory.
 
 Each input is one of the seeds (``bench.seeds``) with a few mutations: Kineto values
 swapped for hostile ones (numbers past any width, non-finite tokens, escapes, wrong
@@ -369,6 +369,9 @@ def fuzz(
         work = Path(tmp)
         nsys_seed = write_nsys(work / "seed.sqlite").read_bytes()
         kineto_seed = kineto_doc()
+        from tests.xplane_bytes import synthetic
+
+        xplane_seed = synthetic(200, streams=2)
         env = {"GAPLENS_CACHE_DIR": str(work / "cache"), "GAPLENS_STATE_DIR": str(work / "state")}
         servers = [CliServer(env) for _ in range(workers)]
         base = max(s.base_rss_mb for s in servers)
@@ -378,7 +381,15 @@ def fuzz(
                 server = servers[k]
                 for i in range(k, inputs, workers):
                     rng = random.Random(seed * 1_000_003 + i)
-                    if rng.random() < 0.5:
+                    pick = rng.random()
+                    if pick < 0.15:  # an XSpace protobuf, its bytes damaged (truncated, flipped, spliced)
+                        fmt = "xplane"
+                        data = xplane_seed
+                        for _ in range(rng.randint(1, 3)):
+                            data = _damage_bytes(rng, data)
+                        path = work / f"in{i}.xplane.pb"
+                        path.write_bytes(_gzip(rng, data) if rng.random() < 0.2 else data)
+                    elif pick < 0.55:
                         fmt = "kineto"
                         data, suffix = mutate_kineto(rng, kineto_seed)
                         path = work / f"in{i}{suffix}"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 if TYPE_CHECKING:
     from gaplens.loaders.kineto.reader import LoadStats
@@ -40,12 +41,15 @@ def load(
     use_cache: bool = True,
     stats: LoadStats | None = None,
 ) -> Trace:
-    """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep.
+    """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep, an XSpace ``.xplane.pb``
+    (or a JAX profile directory: its newest run), a rocprofv3 results JSON.
 
     A trace built before (same absolute path, size and mtime) comes from the installed cache
     (``use_cache``). ``stats`` (Kineto) is filled with how the events were read.
     """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        path = _profile_file(path)
     head = _head(path)
     damaged = ""
     cache = _CACHE if use_cache else None
@@ -71,6 +75,23 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
         return _require_events(path, load_nsys(path, progress))
     if not head:
         raise TraceError(f"{path}: the file is empty")
+    body = _gunzipped_head(head, len(head)) or head
+    if looks_like_xplane(path, body):
+        from gaplens.loaders.xplane import load_xplane
+
+        return _require_events(path, load_xplane(path, progress))
+    if b'"rocprofiler-sdk-tool"' in body:
+        from gaplens.loaders.rocprof import load_rocprof
+
+        return _require_events(path, load_rocprof(path, progress))
+    from gaplens.loaders.xplane.trace_json import is_jax_trace_json
+
+    if is_jax_trace_json(body):
+        from gaplens.loaders.xplane.trace_json import load_jax_trace_json
+
+        return _require_events(path, load_jax_trace_json(path, progress))
+    if not head.startswith(GZIP_MAGIC) and body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
+        raise TraceError(f"{path}: not a trace gaplens reads (neither JSON, an SQLite export nor an XSpace protobuf)")
     from gaplens.loaders.kineto.reader import load_kineto
 
     return _require_events(path, load_kineto(path, progress, stats))
@@ -84,12 +105,28 @@ def _require_events(path: str, trace: Trace) -> Trace:
     raise TraceError(f"{path}: the trace holds no duration events ({why})")
 
 
-def _gunzipped_head(head: bytes) -> bytes:
+def _profile_file(folder: str) -> str:
+    """The one host file of a JAX profile folder's newest run; several hosts are a job (``ranks``)."""
+    from gaplens.loaders.xplane import runs
+
+    found = runs(folder)
+    if not found:
+        raise TraceError(f"{folder}: is a directory, not a trace file (and holds no plugins/profile/<run>/*.xplane.pb)")
+    hosts = found[0]
+    if len(hosts) > 1:
+        raise TraceError(
+            f"{folder}: the newest run holds {len(hosts)} hosts ({os.path.basename(hosts[0])}, ...):"
+            " open one file, or read them as a job with `gaplens ranks`"
+        )
+    return hosts[0]
+
+
+def _gunzipped_head(head: bytes, size: int = 16) -> bytes:
     """The first decompressed bytes of a gzip file (b"" when not gzip or unreadable)."""
     if not head.startswith(GZIP_MAGIC):
         return b""
     try:
-        return zlib.decompressobj(wbits=47).decompress(head, 16)
+        return zlib.decompressobj(wbits=47).decompress(head, size)
     except zlib.error:
         return b""
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
 from gaplens.loaders.model import TraceError
+from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 #: File names a folder of rank traces is read for (tensorboard_trace_handler writes ``*.pt.trace.json[.gz]``).
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep", ".xplane.pb", ".xplane.pb.gz")
 #: Files gaplens itself writes beside traces (notes) are never ranks.
 OWN_SUFFIXES = (".gaplens.json",)
 _DIGITS = re.compile(r"(\d+)")
@@ -26,7 +27,7 @@ _DIGITS = re.compile(r"(\d+)")
 @dataclass(frozen=True)
 class JobFile:
     path: str
-    format: str | None  # "kineto" | "nsys" | None: unusable, see ``problem``
+    format: str | None  # "kineto" | "nsys" | "xplane" | "rocprof" | None: unusable, see ``problem``
     problem: str = ""
 
 
@@ -39,7 +40,9 @@ def expand(paths: list[str]) -> list[str]:
     """Files of a job in the order given, each once; a folder contributes its trace files in natural order."""
     out: list[str] = []
     for p in paths:
-        if os.path.isdir(p):
+        if os.path.isdir(p) and _profile_hosts(p):  # a JAX profile folder: its newest run, one rank per host
+            out += _profile_hosts(p)
+        elif os.path.isdir(p):
             names = sorted(os.listdir(p), key=natural_key)
             out += [
                 os.path.join(p, n)
@@ -61,6 +64,13 @@ def expand(paths: list[str]) -> list[str]:
     return once
 
 
+def _profile_hosts(folder: str) -> list[str]:
+    from gaplens.loaders.xplane import runs
+
+    found = runs(folder)
+    return found[0] if found else []
+
+
 def sniff(path: str) -> JobFile:
     """The format of one file from its first bytes, or why it cannot be a rank."""
     try:
@@ -72,11 +82,15 @@ def sniff(path: str) -> JobFile:
     body = head
     if head.startswith(GZIP_MAGIC):
         try:
-            body = zlib.decompressobj(wbits=47).decompress(head, 64)
+            body = zlib.decompressobj(wbits=47).decompress(head, 4096)
         except zlib.error:
             return JobFile(path, None, f"{path}: damaged gzip header")
     if body.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep"):
         return JobFile(path, "nsys")
+    if looks_like_xplane(path, body):
+        return JobFile(path, "xplane")
+    if b'"rocprofiler-sdk-tool"' in body:
+        return JobFile(path, "rocprof")
     if body.lstrip()[:1] in (b"{", b"["):
         return JobFile(path, "kineto")
     return JobFile(path, None, f"{path}: not a trace (neither Kineto JSON nor an nsys SQLite export)")
@@ -89,8 +103,6 @@ def job_files(paths: list[str]) -> list[JobFile]:
         raise TraceError(f"no trace files in {', '.join(paths)}")
     kinds = {f.format for f in files if f.format}
     if len(kinds) > 1:
-        one = {k: next(f.path for f in files if f.format == k) for k in sorted(kinds)}
-        raise TraceError(
-            f"mixed formats in one job (Kineto {one['kineto']}, nsys {one['nsys']}): open Kineto traces or nsys reports"
-        )
+        one = ", ".join(f"{k} {next(f.path for f in files if f.format == k)}" for k in sorted(kinds))
+        raise TraceError(f"mixed formats in one job ({one}): open traces of one format")
     return files

@@ -36,7 +36,9 @@ COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "by
 def _code_stamp() -> str:
     """Digest of the loaders' source: an upgraded loader never serves an old build."""
     digest = hashlib.sha256()
-    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    import gaplens.loaders
+
+    for source in sorted(Path(gaplens.loaders.__file__).resolve().parent.rglob("*.py")):
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -1,0 +1,120 @@
+"""JAX's Chrome-trace JSON (``perfetto_trace.json.gz`` from ``jax.profiler.trace(create_perfetto_trace=True)``,
+``*.trace.json.gz`` from the TensorBoard profile plugin): an XSpace rendered as trace events.
+
+Recognised by its own markers, never by a PyTorch trace's: process names that are XSpace plane names
+(``/device:GPU:0``, ``/host:CPU``) and, from TSL's writer, ``"metadata": {"highres-ticks": true}``. The
+shapes are Kineto's (pid per plane, tid per line, ``X`` events in us), but there is no ``cat``, so the
+kinds come from the plane and line the event sits on, exactly as for the protobuf (``xplane.build``):
+a device process's ``Stream #N(Kind)`` threads are streams, its events kernels, copies or memsets; the
+host's events are Python frames, runtime calls and launches (``correlation_id``), step ranges, CPU ops.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import orjson
+
+from gaplens.loaders.events import EventColumns
+from gaplens.loaders.files import Progress, Source
+from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
+from gaplens.loaders.xplane.build import _DEVICE, _RUNTIME, _SIZE, _STREAM, DETAIL_STATS, _direction, _op_kind
+
+_MARKER = re.compile(rb'"name"\s*:\s*"/(?:device|host):|"highres-ticks"')
+_PROCESS = re.compile(r"^(/device:[A-Z_]+:\d+|/host:[A-Za-z]+)")
+
+
+def is_jax_trace_json(body: bytes) -> bool:
+    """JAX's trace JSON by its first bytes: plane names as process names, or TSL's highres-ticks flag."""
+    return bool(_MARKER.search(body)) and b'"schemaVersion"' not in body and b'"deviceProperties"' not in body
+
+
+def _ns(value) -> int:
+    return int(Decimal(str(value)) * 1000) if value is not None else 0
+
+
+def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
+    try:
+        doc = orjson.loads(b"".join(Source(path).chunks()))
+    except orjson.JSONDecodeError as exc:
+        raise TraceError(f"{path}: a damaged JAX trace JSON ({str(exc).splitlines()[0][:120]})") from None
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceError(f"{path}: not a JAX trace JSON (no traceEvents array)")
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("ph") == "M":
+            margs: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
+            if ev.get("name") == "process_name":
+                processes[ev.get("pid")] = str(margs.get("name", ""))
+            elif ev.get("name") == "thread_name":
+                threads[(ev.get("pid"), ev.get("tid"))] = str(margs.get("name", ""))
+    cols = EventColumns()
+    meta = Meta(source_format="jax-trace-json", path=path, source_version="JAX trace JSON (jax.profiler / XProf)")
+    devices: dict[int, Device] = {}
+    host_pid = 1
+    stream_of: dict[tuple, int] = {}
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        pid, tid = ev.get("pid"), ev.get("tid")
+        pname = _PROCESS.match(processes.get(pid, ""))
+        plane = pname.group(1) if pname else ""
+        start = _ns(ev.get("ts"))
+        end = start + max(_ns(ev.get("dur")), 0)
+        name = str(ev.get("name", ""))
+        args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
+        corr = args.get("correlation_id")
+        corr = int(corr) if isinstance(corr, int | str) and str(corr).isdigit() else -1
+        tid_key = int(tid) if isinstance(tid, int) else abs(hash(str(tid))) & 0x7FFFFFFF
+        detail = "  ".join(f"{k} {args[k]}" for k in DETAIL_STATS if k in args)
+        m = _DEVICE.match(plane)
+        if m:
+            dev = int(m.group("n"))
+            tname = threads.get((pid, tid), "")
+            sm = _STREAM.match(tname)
+            if not sm:  # derived lines (XLA Modules, Steps, ...): drawn on the device, never busy
+                cols.add((LaneKind.GPU_ANNOTATIONS, dev, tid_key & 0x7FFFFFFF), start, end, name, Kind.GPU_ANNOTATION)
+                continue
+            devices.setdefault(dev, Device(dev, (processes.get(pid) or plane).lstrip("/")))
+            kind = _op_kind(name)
+            lkind = sm.group("kind") or ""
+            if kind == int(Kind.KERNEL) and re.search("memset", lkind, re.IGNORECASE):
+                kind = int(Kind.MEMSET)
+            elif kind == int(Kind.KERNEL) and re.search("memcpy|copy", lkind, re.IGNORECASE):
+                kind = int(_direction(lkind))
+            size = _SIZE.search(str(args.get("memcpy_details", "")))
+            nbytes = int(size.group(1)) if size else 0
+            stream_of.setdefault((dev, int(sm.group("n"))), 0)
+            cols.add((LaneKind.STREAM, dev, int(sm.group("n"))), start, end, name, kind, corr, nbytes, detail)
+        elif plane == "/host:CPU":
+            t = tid_key
+            meta.threads[(host_pid, t)] = threads.get((pid, tid), f"thread {t}")
+            step = args.get("step_num")
+            if name.startswith("$"):
+                cols.add((LaneKind.CPU_OPS, host_pid, t), start, end, name, Kind.PYTHON, -1, 0, detail)
+            elif _RUNTIME.match(name) or corr >= 0:
+                cols.add((LaneKind.CUDA_API, host_pid, t), start, end, name, Kind.CUDA_API, corr, 0, detail)
+            elif step is not None and str(step).isdigit():
+                cols.add(
+                    (LaneKind.ANNOTATIONS, host_pid, t), start, end, f"{name} {step}", Kind.ANNOTATION, -1, 0, detail
+                )
+            else:
+                cols.add((LaneKind.CPU_OPS, host_pid, t), start, end, name, Kind.CPU_OP, -1, 0, detail)
+    if not cols.start:
+        raise TraceError(f"{path}: a JAX trace JSON with no device or host events")
+    meta.processes[host_pid] = "host"
+    meta.devices = sorted(devices.values(), key=lambda d: d.id)
+    kinds = set(cols.kind)
+    if int(Kind.CUDA_API) not in kinds:
+        meta.lacks.append("cuda_api")
+    if not kinds & {int(Kind.CPU_OP), int(Kind.PYTHON), int(Kind.ANNOTATION), int(Kind.CUDA_API)}:
+        meta.lacks.append("cpu")
+    if not devices:
+        meta.lacks.append("gpu")
+    meta.lacks.append("shapes")
+    return cols.finish(meta, None if not cols.corr else np.zeros(len(cols.corr), np.int64))
