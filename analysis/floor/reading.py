@@ -346,29 +346,87 @@ def span_row(trace: Trace, sel: np.ndarray, gpu_spec: str | None = None) -> dict
     }
 
 
-def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
-    """Per phase (the user's ranges, analysis.phases): the GPU ops inside its GPU span, on its device,
-    launched by its process; folded by family when a name repeats (``decode_step ×64``)."""
-    from gaplens.analysis.phases import family, phases
+@dataclass(frozen=True)
+class _Launches:
+    """Entries of ``floors(...).gpu`` by when they were asked for: launched ones by their launch call's
+    start on the host, the rest (no launch in the trace) by their own start on the device."""
 
+    launched: np.ndarray  # entries with a launch call, sorted by that call's start
+    launched_t: np.ndarray
+    orphan: np.ndarray  # entries without one, sorted by their GPU start
+    orphan_t: np.ndarray
+    pid: np.ndarray  # per entry: the launching thread's process (-1 without a launch)
+    device: np.ndarray  # per entry: the device it ran on
+
+
+def _launches(trace: Trace, f: Floors) -> _Launches:
+    a = trace.launch[f.gpu]
+    has = a >= 0
+    lane_pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)
+    pid = np.where(has, lane_pid[trace.lane[np.maximum(a, 0)]], -1)
+    launched = np.flatnonzero(has)
+    lt = trace.start_ns[a[launched]]
+    o1 = np.argsort(lt, kind="stable")
+    orphan = np.flatnonzero(~has)
+    ot = trace.start_ns[f.gpu[orphan]]
+    o2 = np.argsort(ot, kind="stable")
+    return _Launches(launched[o1], lt[o1], orphan[o2], ot[o2], pid, trace.device_of_event()[f.gpu])
+
+
+def launched_sel(
+    lx: _Launches, host: tuple[int, int], gpu: tuple[int, int], pid: int | None, device: int | None
+) -> np.ndarray:
+    """Entries asked for inside a range: launched while its host span ran (by a thread of ``pid``),
+    or, without a launch in the trace, starting inside its GPU span; on ``device`` when given.
+
+        host    [---- range ----]
+                  launch  launch            <- these ops are the range's, wherever they ran
+        device  ███(earlier work)██ op op   <- work queued before the range is its own range's
+    """
+    lo, hi = np.searchsorted(lx.launched_t, host, side="left")
+    a = lx.launched[lo:hi]
+    if pid is not None:
+        a = a[lx.pid[a] == pid]
+    lo, hi = np.searchsorted(lx.orphan_t, gpu, side="left")
+    sel = np.concatenate((a, lx.orphan[lo:hi]))
+    if device is not None:
+        sel = sel[lx.device[sel] == device]
+    return np.sort(sel)
+
+
+def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
+    """Per phase (the user's ranges, analysis.phases): the GPU ops launched inside it (by the launch
+    call's time on the host, from a thread of its process), on its device; folded when a name repeats.
+
+    ``name`` is the phase's whole name (``gemm_fp8e4m3_8192`` repeated 12 times stays that name), or
+    the family of a numbered one (``decode_step`` for ``decode_step 0``, ``decode_step 1``, ...);
+    ``instances`` counts the ranges folded into the row.
+    """
+    from gaplens.analysis.phases import family_labels, phases
+
+    f = floors(trace, gpu_spec)
+    lx = _launches(trace, f)
+    found = [p for p in phases(trace) if p.device is not None]
+    label = family_labels(found)
     out: list[dict] = []
     fams: dict[tuple, list] = {}
-    for ph in phases(trace):
-        if ph.device is None:
-            continue
-        fams.setdefault((family(ph.name), ph.pid), []).append(ph)
-    for (fam, pid), members in fams.items():
-        parts = [window_sel(trace, p.start_ns, p.end_ns, p.pid, p.device, gpu_spec) for p in members]
+    for ph in found:
+        fams.setdefault((label[ph.name], ph.pid), []).append(ph)
+    for (name, pid), members in fams.items():
+        parts = [
+            launched_sel(lx, (p.host_start_ns, p.host_end_ns), (p.start_ns, p.end_ns), p.pid, p.device)
+            for p in members
+        ]
         sel = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         row = span_row(trace, sel, gpu_spec)
-        name = members[0].name if len(members) == 1 else f"{fam} ×{len(members)}"
         out.append({"name": name, "pid": pid, "instances": len(members), **row})
     return out
 
 
 def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
-    """The step (``analysis.steps``): per steady step the GPU ops inside its CUDA-event span; medians of
-    measured time and floor, the bound and the families above the floor over all steady steps."""
+    """The step (``analysis.steps``): per steady step the GPU ops launched inside its host range
+    (host spans decide which step an op belongs to); medians of measured time and floor, the bound
+    and the families above the floor over all steady steps."""
     try:
         from gaplens.analysis.steps import steps
     except ImportError:  # the step owner not landed: phases only
@@ -376,7 +434,8 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
     st = steps(trace)
     if not st or not st.steady:
         return None
-    parts = [window_sel(trace, st.spans[k][0], st.spans[k][1], st.pid, None, gpu_spec) for k in st.steady]
+    lx = _launches(trace, floors(trace, gpu_spec))
+    parts = [launched_sel(lx, st.host_spans[k], st.spans[k], st.pid, None) for k in st.steady]
     rows = [span_row(trace, sel, gpu_spec) for sel in parts]
     every = span_row(trace, np.unique(np.concatenate(parts)), gpu_spec)
     return {
