@@ -627,3 +627,30 @@ def test_a_range_named_with_a_size_keeps_its_whole_name():
     names = {p["name"]: p["instances"] for p in data["phases"]}
     assert names["gemm_bf16_8192"] == 6 and names["scaled_mm_fp8_e4m3_8192"] == 6 and names["gemm_fp32_4096"] == 6
     assert "gemm_bf16" not in names and not any("×" in n for n in names)
+
+
+def test_a_gemm_and_a_gemv_of_one_op_and_dtype_are_two_rows():
+    """floor_calib's bf16 8192³ GEMM and 1×8192×28672 GEMV are both aten::mm: before issue 29 one row
+    ("aten::mm bf16 12 … 8192x8192, 8192x8192") mixed a compute-bound and a memory-bound op."""
+    meta = json.loads((ROUND3 / "floor_calib.meta.json").read_text())
+    by_flops = {o["flops"]: o for o in meta["ops"] if o["op"] == "aten::mm" and o["dtype"] == "bf16"}
+    gemm, gemv = by_flops[2 * 8192**3], by_flops[2 * 8192 * 28672]
+    rows = [r for r in floor_json(load(str(ROUND3 / "floor_calib.json.gz")))["ops"] if r["name"] == "aten::mm"]
+    bf16 = {r["bound"]: r for r in rows if r["dtype"] == "bf16"}
+    assert set(bf16) == {"compute", "memory"}
+    n = len(gemm["gpu_ms_profiled"])
+    assert bf16["compute"]["count"] == n and bf16["compute"]["flops"] == pytest.approx(n * gemm["flops"])
+    assert bf16["memory"]["count"] == n and bf16["memory"]["flops"] == pytest.approx(n * gemv["flops"])
+    assert bf16["memory"]["bytes"] == pytest.approx(n * gemv["bytes"], rel=0.01)
+
+
+def test_a_dtod_copy_shows_the_bytes_its_floor_moves():
+    """A DtoD copy reads and writes its bytes: the row's bytes are twice the copy's size, and the floor
+    is those bytes over the memory bandwidth (before: the row showed the size and floored on twice it)."""
+    raw = _raw(ROUND3 / "floor_calib.json.gz")
+    copies = [e for e in raw if e.get("cat") == "gpu_memcpy" and e["name"].startswith("Memcpy DtoD")]
+    size = sum(e["args"]["bytes"] for e in copies)
+    data = floor_json(load(str(ROUND3 / "floor_calib.json.gz")))
+    (row,) = [r for r in data["ops"] if r["name"].startswith("Memcpy DtoD")]
+    assert row["count"] == len(copies) and row["bytes"] == 2 * size
+    assert row["floor_ns"] == pytest.approx(2 * size / data["gpu"]["mem_bytes_per_s"] * 1e9, abs=1)

@@ -4,7 +4,8 @@ Per op call: floor = max(FLOPs / peak FLOP/s at its dtype, bytes / memory bandwi
 compute-bound when the first term is the larger, memory-bound otherwise; efficiency = floor /
 measured kernel time (1.0 = at the roof). FLOPs and bytes come from ``opcalls`` (the recorded
 shapes); peaks from ``gpuspecs`` (a cited table, overridable). Copies: host↔device at the host
-link's one-way peak, device↔device at the memory bandwidth (read + write), memsets at the
+link's one-way peak, device↔device at the memory bandwidth (read + write: its bytes are counted
+twice, in the floor and in the bytes shown), memsets at the
 memory bandwidth (write). Work the trace does not size is "unsized", never guessed.
 
 A call that launched several kernels spreads its floor over them in proportion to their time,
@@ -151,6 +152,9 @@ def _floors(trace: Trace, gpu_spec: str | None) -> Floors:
     copy_bytes = trace.bytes[gpu].astype(np.float64)
     copies &= copy_bytes > 0  # a copy or memset whose size the trace does not give is unsized, not a 0 ns floor
     nbytes[copies] = copy_bytes[copies]
+    # A device-to-device copy reads its bytes and writes them: the row's bytes are the traffic its
+    # floor is made of (a 1 GiB DtoD moves 2 GiB through memory), so bytes, GB/s and floor agree.
+    nbytes[copies & (kind == int(Kind.MEMCPY_DTOD))] *= 2
     flops[copies] = 0.0
     compute_ns = np.full(n, np.nan)
     memory_ns = np.full(n, np.nan)
@@ -176,9 +180,7 @@ def _floors(trace: Trace, gpu_spec: str | None) -> Floors:
             compute_ns[j] = 0.0
             if how == "link" and spec.link_bytes_per_s:
                 memory_ns[j] = nbytes[j] / spec.link_bytes_per_s * 1e9
-            elif how == "mem2":
-                memory_ns[j] = 2 * nbytes[j] / spec.mem_bytes_per_s * 1e9
-            elif how == "mem":
+            elif how in ("mem", "mem2"):  # a DtoD's nbytes already counts its read and its write
                 memory_ns[j] = nbytes[j] / spec.mem_bytes_per_s * 1e9
     floor_ns = np.fmax(compute_ns, memory_ns)
     floor_ns[np.isnan(compute_ns) | np.isnan(memory_ns)] = np.nan
@@ -207,20 +209,27 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = None) -> list[dict]:
-    """One row per (op, dtype): totals over instances, largest time first.
+    """One row per (op, dtype, shape class: compute- or memory-bound calls): totals over instances,
+    largest time first.
 
     ``sel`` picks entries of ``floors(...).gpu`` (a window); the op's main kernel is the kernel
     with the most time among its instances.
     """
     f = floors(trace, gpu_spec)
     idx = np.arange(f.gpu.size) if sel is None else sel
+    # The shape class: a call whose FLOPs put it under the GPU's ridge is memory-bound, one above it
+    # compute-bound, so a 8192³ GEMM and a 1×8192 GEMV of one op and dtype are two rows, each with an
+    # efficiency against its own roof. Ops without FLOPs are one class.
+    shape_class = np.where(
+        ~np.isnan(f.floor_ns) & (np.nan_to_num(f.flops) > 0), np.where(f.bound == "compute", "c", "m"), ""
+    )
     groups: dict[tuple, dict] = {}
     kernel_time: dict[tuple, dict[str, float]] = {}
     calls_seen: dict[tuple, set] = {}
     for j in idx.tolist():
         name = f.family[j]
         kname = trace.names[int(trace.name_id[f.gpu[j]])]
-        key = (name, f.dtype[j]) if f.call[j] >= 0 else (name, "")
+        key = (name, f.dtype[j], str(shape_class[j])) if f.call[j] >= 0 else (name, "", "")
         g = groups.get(key)
         if g is None:
             g = groups[key] = {
@@ -414,8 +423,7 @@ def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
         fams.setdefault((label[ph.name], ph.pid), []).append(ph)
     for (name, pid), members in fams.items():
         parts = [
-            launched_sel(lx, (p.host_start_ns, p.host_end_ns), (p.start_ns, p.end_ns), p.pid, p.device)
-            for p in members
+            launched_sel(lx, (p.host_start_ns, p.host_end_ns), (p.start_ns, p.end_ns), p.pid, p.device) for p in members
         ]
         sel = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         row = span_row(trace, sel, gpu_spec)
