@@ -25,8 +25,6 @@ from gaplens.loaders.model import Trace, segmented_max
 NEGATIVE_TOLERANCE_NS = 20_000
 #: Launch-to-start latency of an op with nothing ahead of it beyond this is implausible.
 IMPLAUSIBLE_LAG_NS = 2_000_000
-#: A stream idle this long before an op means the op was not queued behind its predecessor.
-IDLE_BEFORE_NS = 5_000
 #: The share of ops that must break a rule before the clocks are called off.
 MOST = 0.5
 MIN_OPS = 20
@@ -35,15 +33,17 @@ MIN_OPS = 20
 @dataclass(frozen=True)
 class ClockCheck:
     offset_ns: int  # typical device-minus-host disagreement (negative: the device clock runs early)
-    share: float  # share of the launched ops that break the rule
-    ops: int
+    share: float  # share of the ops the rule reads that break it
+    ops: int  # the ops the rule reads: every launched op ("early"), those launched onto an idle stream ("idle")
+    rule: str = "early"
 
     @property
     def message(self) -> str:
         side = "ahead of" if self.offset_ns < 0 else "behind"
+        which = "launched ops" if self.rule == "early" else "ops launched onto an idle stream"
         return (
             f"likely clock offset: GPU times look {fmt_ns(abs(self.offset_ns))} {side} the host's on "
-            f"{100 * self.share:.0f}% of {self.ops:,} launched ops; host–device readings (gaps, causes) are approximate"
+            f"{100 * self.share:.0f}% of {self.ops:,} {which}; host–device readings (gaps, causes) are approximate"
         )
 
 
@@ -60,9 +60,12 @@ def clock_check(trace: Trace) -> ClockCheck | None:
     neg = early > NEGATIVE_TOLERANCE_NS
     if neg.mean() > MOST:
         return ClockCheck(-int(np.median(early[neg])), float(neg.mean()), int(ops.size))
-    # An op whose start nothing on the device explains (the critical-path graph binds it to its
-    # launch, or it follows an idle stretch of its stream and waited on no other stream) starts
-    # within microseconds of its call returning; milliseconds on most such ops is an offset.
+    # Only an op launched onto an idle stream (everything queued ahead of it on its stream had ended
+    # when its launch call returned) has nothing on the device to wait for, so only such an op
+    # starting milliseconds late says the clocks disagree. An op queued behind others starts when
+    # they end, however long ago it was launched: a host running 120 ms ahead of a busy device is
+    # queueing, and the few-microsecond gaps a stream shows between a copy and a kernel do not
+    # make those ops "launched onto an idle stream".
     from gaplens.analysis.critical_path import Edge, graph
 
     binding = graph(trace).binding[ops]
@@ -74,10 +77,10 @@ def clock_check(trace: Trace) -> ClockCheck | None:
     prev_end = np.full(ops.size, np.iinfo(np.int64).min)
     prev_end[order[1:]] = np.where(same[1:], reach[:-1], np.iinfo(np.int64).min)
     single = np.bincount(a, minlength=len(trace))[a] == 1  # graph launches queue many ops at once
-    after_idle = (start - prev_end > IDLE_BEFORE_NS) & (binding != Edge.WAIT) & single
-    cand = (binding == Edge.LAUNCH) | after_idle
-    lag = start - trace.end_ns[a]
+    returned = trace.end_ns[a]
+    cand = (prev_end <= returned) & (binding != Edge.WAIT) & single
+    lag = start - returned
     late = cand & (lag > IMPLAUSIBLE_LAG_NS)
     if cand.sum() >= MIN_OPS and late.sum() > MOST * cand.sum():
-        return ClockCheck(int(np.median(lag[late])), float(late.sum() / cand.sum()), int(ops.size))
+        return ClockCheck(int(np.median(lag[late])), float(late.sum() / cand.sum()), int(cand.sum()), "idle")
     return None

@@ -105,3 +105,38 @@ def test_memory_rows_report_bytes_per_step():
     (row,) = memory_rows(tr, st)
     assert row["direction"] == "DtoH" and row["count"] == 4
     assert row["bytes_per_step"] == 8 and row["copies_per_step"] == 1 and row["every_step"]
+
+
+def device_paced_copies(n_steps: int = 12) -> Builder:
+    """The host queues every step in its first ~1 ms; the device runs them 120 ms later.
+
+    host    [step 0: memcpy launch launch][step 1: ...] ...          (all within ~1 ms)
+    stream 7                      ▒▒▒▒████████▒▒▒▒████████ ...       (▒ 4.85 ms pinned HtoD,
+                                  ^ 120 ms after its call              █ 10 ms compute)
+    """
+    b = Builder()
+    gpu = 120 * MS
+    for k in range(n_steps):
+        h = 1_000 + k * 80 * US
+        b.phase(h, h + 60 * US, f"train_step {k}")
+        c = b.call(h + 5 * US, h + 15 * US, "cudaMemcpyAsync")
+        b.op(c, gpu, gpu + 4_850 * US, kind=Kind.MEMCPY_HTOD, name="Memcpy HtoD (Pinned -> Device)", nbytes=256 << 20)
+        gpu += 4_850 * US + 3 * US
+        b.launch(h + 20 * US, h + 25 * US, gpu, gpu + 10 * MS)
+        gpu += 10 * MS + 3 * US
+    return b
+
+
+def test_a_queued_copy_is_sized_as_the_device_ran_it():
+    """Each copy is 4.85 ms on the device; before issue 29 a finding ran from its call (queued 120-300 ms
+    ahead) to the copy's end, and all twelve fell in one step: "copy on the critical path in 1 of 12
+    train_step (12 times), median 206 ms (total 2.47 s)"."""
+    tr = device_paced_copies().trace()
+    copies = [f for f in smells(tr) if f.kind == "copy_on_path"]
+    assert len(copies) == 12
+    assert all(f.dur_ns == 4_850 * US for f in copies)
+    from gaplens.analysis.smells import rollup
+
+    (group,) = rollup(tr, copies)
+    assert group.line.startswith("copy on the critical path in 12 of 12 train_step")
+    assert group.median_ns == 4_850 * US and group.total_ns == 12 * 4_850 * US

@@ -593,3 +593,64 @@ def test_a_latency_paced_kernel_family_gets_the_fusion_lever(monkeypatch):
     row = next(r for r in op_rows(trace) if r["name"] == after.family and r["dtype"] == after.dtype)
     assert "latency-bound" in after.text and "% of the roof" not in after.text
     assert f"{row['sized_kernels']:,} kernels of" in after.text and "fewer, larger kernels" in after.text
+
+
+def test_a_phase_holds_the_ops_launched_inside_it_and_keeps_its_whole_name():
+    """train_step's h2d_prefetch ranges queue copies on a side stream while the forward's kernels run on
+    the compute stream: the raw file's launch calls say which ops each range asked for. Before issue 29
+    the floor took every op starting inside the range's GPU span (14 ops: 8 of them forward's kernels)."""
+    from tests.conftest import sample
+
+    path = sample("train_step.json.gz")
+    raw = _raw(path)
+    ranges = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in raw
+        if e.get("cat") == "user_annotation" and e.get("name") == "h2d_prefetch"
+    ]
+    calls = {
+        e["args"]["correlation"]: e["ts"]
+        for e in raw
+        if e.get("ph") == "X" and e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+    gpu = [e for e in raw if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    inside = [e for e in gpu if any(a <= calls.get(e["args"].get("correlation"), -1) < b for a, b in ranges)]
+    (row,) = [p for p in floor_json(load(str(path)))["phases"] if p["name"] == "h2d_prefetch"]
+    assert row["instances"] == len(ranges) == 3
+    assert row["count"] == len(inside) == 6 and all(e["cat"] == "gpu_memcpy" for e in inside)
+    assert row["time_ns"] == pytest.approx(sum(e["dur"] for e in inside) * 1e3, abs=len(inside))
+
+
+def test_a_range_named_with_a_size_keeps_its_whole_name():
+    """floor_calib's six ``gemm_bf16_8192`` ranges are one name repeated, not members 8192 of ``gemm_bf16``."""
+    data = floor_json(load(str(ROUND3 / "floor_calib.json.gz")))
+    names = {p["name"]: p["instances"] for p in data["phases"]}
+    assert names["gemm_bf16_8192"] == 6 and names["scaled_mm_fp8_e4m3_8192"] == 6 and names["gemm_fp32_4096"] == 6
+    assert "gemm_bf16" not in names and not any("×" in n for n in names)
+
+
+def test_a_gemm_and_a_gemv_of_one_op_and_dtype_are_two_rows():
+    """floor_calib's bf16 8192³ GEMM and 1×8192×28672 GEMV are both aten::mm: before issue 29 one row
+    ("aten::mm bf16 12 … 8192x8192, 8192x8192") mixed a compute-bound and a memory-bound op."""
+    meta = json.loads((ROUND3 / "floor_calib.meta.json").read_text())
+    by_flops = {o["flops"]: o for o in meta["ops"] if o["op"] == "aten::mm" and o["dtype"] == "bf16"}
+    gemm, gemv = by_flops[2 * 8192**3], by_flops[2 * 8192 * 28672]
+    rows = [r for r in floor_json(load(str(ROUND3 / "floor_calib.json.gz")))["ops"] if r["name"] == "aten::mm"]
+    bf16 = {r["bound"]: r for r in rows if r["dtype"] == "bf16"}
+    assert set(bf16) == {"compute", "memory"}
+    n = len(gemm["gpu_ms_profiled"])
+    assert bf16["compute"]["count"] == n and bf16["compute"]["flops"] == pytest.approx(n * gemm["flops"])
+    assert bf16["memory"]["count"] == n and bf16["memory"]["flops"] == pytest.approx(n * gemv["flops"])
+    assert bf16["memory"]["bytes"] == pytest.approx(n * gemv["bytes"], rel=0.01)
+
+
+def test_a_dtod_copy_shows_the_bytes_its_floor_moves():
+    """A DtoD copy reads and writes its bytes: the row's bytes are twice the copy's size, and the floor
+    is those bytes over the memory bandwidth (before: the row showed the size and floored on twice it)."""
+    raw = _raw(ROUND3 / "floor_calib.json.gz")
+    copies = [e for e in raw if e.get("cat") == "gpu_memcpy" and e["name"].startswith("Memcpy DtoD")]
+    size = sum(e["args"]["bytes"] for e in copies)
+    data = floor_json(load(str(ROUND3 / "floor_calib.json.gz")))
+    (row,) = [r for r in data["ops"] if r["name"].startswith("Memcpy DtoD")]
+    assert row["count"] == len(copies) and row["bytes"] == 2 * size
+    assert row["floor_ns"] == pytest.approx(2 * size / data["gpu"]["mem_bytes_per_s"] * 1e9, abs=1)

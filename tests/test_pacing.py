@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -31,3 +33,63 @@ def test_each_phase_counts_the_ops_a_full_scan_finds(path):
         starts = trace.start_ns[ops]
         expected = int(((starts >= p.start_ns) & (starts < p.end_ns)).sum())
         assert row["ops"] == expected, p.name
+
+
+US = 1_000
+MS = 1_000_000
+
+
+def logging_step(n_steps: int = 4):
+    """A step whose forward the device paces, then ``.item()`` and 2 ms of host logging (no CUDA calls).
+
+        host    [train_step k: forward: 40 launches in 0.4 ms][sync .......][log 2 ms]
+        stream 7   ████████████████████████████████████ (40 × 80 µs, queued)       (idle)
+                                                        ^ .item() returns
+    The step is ~5.2 ms: 3.2 ms of kernels (61.5%), 2 ms in which the device waits for the host.
+    """
+    from tests.handbuilt import Builder
+
+    b = Builder()
+    t = 0
+    for k in range(n_steps):
+        gpu = t + 20 * US
+        first = gpu
+        for j in range(40):
+            c0 = t + j * 10 * US
+            b.launch(c0, c0 + 5 * US, max(gpu, c0 + 6 * US), max(gpu, c0 + 6 * US) + 80 * US)
+            gpu = max(gpu, c0 + 6 * US) + 80 * US
+        b.phase(t, t + 400 * US, "forward")
+        b.call(t + 410 * US, gpu + 10 * US, "cudaStreamSynchronize")
+        b.cpu(gpu + 20 * US, gpu + 20 * US + 2 * MS, "log_metrics")
+        end = gpu + 20 * US + 2 * MS
+        b.phase(t, end, f"train_step {k}")
+        assert 0.6 < (gpu - first) / (end - t) < 0.63
+        t = end
+    return b.trace()
+
+
+def test_a_step_mostly_waiting_on_host_work_is_cpu_bound_whatever_its_forward_does():
+    """Before issue 29 the step read device-paced (its 40 queued kernels waited for each other)."""
+    trace = logging_step()
+    rows = {(r["name"], r["start_ns"]): r for r in pacing(trace)}
+    steps = [r for (name, _), r in rows.items() if name.startswith("train_step")]
+    forwards = [r for (name, _), r in rows.items() if name == "forward"]
+    assert len(steps) == 4 and len(forwards) == 4
+    assert all(r["verdict"] == "device-paced" for r in forwards)
+    # The last step's logging runs after the device's last op: outside the window blank regions are read in.
+    for r in steps[:-1]:
+        assert r["verdict"] == "cpu-bound", r
+        assert 60 < r["busy_pct"] < 63 and r["host_blank_pct"] > 35
+
+
+def test_round3_island_step_is_host_paced_and_its_fixed_twin_device_paced():
+    """island_fault: meta says each 9.66 ms step spends 4.0 ms in a pure-Python loop after .item()
+    (41% of the step, the GPU idle); island_fixed drops the loop. Before: both read device-paced."""
+    r3 = ROOT / "tests" / "data" / "round3"
+    meta = json.loads((r3 / "island_fault.meta.json").read_text())
+    prof = [s for s in meta["steps"] if s["tag"] == "profiled"]
+    assert np.median([s["island_host_ms"] / s["gpu_ms"] for s in prof]) > 0.4
+    for name, verdict in (("island_fault", "cpu-bound"), ("island_fixed", "device-paced")):
+        rows = [r for r in pacing(load(r3 / f"{name}.json.gz")) if r["name"].startswith("train_step")]
+        verdicts = [r["verdict"] for r in rows]
+        assert max(set(verdicts), key=verdicts.count) == verdict, (name, verdicts)

@@ -154,3 +154,20 @@ def test_gpu_only_trace_asks_for_a_better_trace() -> None:
     assert s5.facts[0].startswith("cause: unknown")
     assert any("torch.profiler" in f for f in s5.facts)
     assert walk.step(6).facts[1].startswith("lever: collect a better trace first")
+
+
+def test_steps_4_and_6_name_the_same_step_for_the_largest_region():
+    """options_all's largest region lies in request 0's prefill, before any decode_step: step 4 says
+    "in request 0 › prefill"; step 6 said "lies outside the steady time: warm-up" (no step is warm-up
+    there). Both now read the region's step from one rule (``gap_steps``): none."""
+    from gaplens.analysis.protocol.walk import region_step
+    from gaplens.analysis.steps import steps
+    from gaplens.loaders import load
+    from tests.conftest import ROOT
+
+    trace = load(ROOT / "tests" / "data" / "options_all.json.gz")
+    walk = Walkthrough(trace)
+    assert region_step(trace, walk.gap, steps(trace)) == -1
+    assert "in request 0 › prefill" in walk.step(4).facts[0]
+    assert not any("warm-up step" in f for f in walk.step(4).facts)
+    assert any("lies outside every decode_step" in f for f in walk.step(6).facts)

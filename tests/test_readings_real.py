@@ -319,7 +319,8 @@ def test_first_call_is_host_work_with_the_deepest_op_as_evidence(traces):
     assert any(f.startswith("request 0 took") and "warm-up" in f for f in walk.step(4).facts)
     # Step 6 goes to what steady requests pay, and says THE gap is warm-up (issue 19 item 6).
     assert "warm-up request 0 set apart" in walk.proposal.because
-    assert any("lies outside the steady time: warm-up" in f for f in walk.step(6).facts)
+    # ...naming the same step step 4 names (issue 29 item 5: one step per region, ``region_step``).
+    assert any("lies in request 0, a warm-up step" in f for f in walk.step(6).facts)
 
 
 # ---- 7. smells roll up, shares stay under 100%, levers fit the workload ----------------------------------

@@ -4,7 +4,8 @@ Per op call: floor = max(FLOPs / peak FLOP/s at its dtype, bytes / memory bandwi
 compute-bound when the first term is the larger, memory-bound otherwise; efficiency = floor /
 measured kernel time (1.0 = at the roof). FLOPs and bytes come from ``opcalls`` (the recorded
 shapes); peaks from ``gpuspecs`` (a cited table, overridable). Copies: host↔device at the host
-link's one-way peak, device↔device at the memory bandwidth (read + write), memsets at the
+link's one-way peak, device↔device at the memory bandwidth (read + write: its bytes are counted
+twice, in the floor and in the bytes shown), memsets at the
 memory bandwidth (write). Work the trace does not size is "unsized", never guessed.
 
 A call that launched several kernels spreads its floor over them in proportion to their time,
@@ -151,6 +152,9 @@ def _floors(trace: Trace, gpu_spec: str | None) -> Floors:
     copy_bytes = trace.bytes[gpu].astype(np.float64)
     copies &= copy_bytes > 0  # a copy or memset whose size the trace does not give is unsized, not a 0 ns floor
     nbytes[copies] = copy_bytes[copies]
+    # A device-to-device copy reads its bytes and writes them: the row's bytes are the traffic its
+    # floor is made of (a 1 GiB DtoD moves 2 GiB through memory), so bytes, GB/s and floor agree.
+    nbytes[copies & (kind == int(Kind.MEMCPY_DTOD))] *= 2
     flops[copies] = 0.0
     compute_ns = np.full(n, np.nan)
     memory_ns = np.full(n, np.nan)
@@ -176,9 +180,7 @@ def _floors(trace: Trace, gpu_spec: str | None) -> Floors:
             compute_ns[j] = 0.0
             if how == "link" and spec.link_bytes_per_s:
                 memory_ns[j] = nbytes[j] / spec.link_bytes_per_s * 1e9
-            elif how == "mem2":
-                memory_ns[j] = 2 * nbytes[j] / spec.mem_bytes_per_s * 1e9
-            elif how == "mem":
+            elif how in ("mem", "mem2"):  # a DtoD's nbytes already counts its read and its write
                 memory_ns[j] = nbytes[j] / spec.mem_bytes_per_s * 1e9
     floor_ns = np.fmax(compute_ns, memory_ns)
     floor_ns[np.isnan(compute_ns) | np.isnan(memory_ns)] = np.nan
@@ -207,20 +209,27 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 def op_rows(trace: Trace, gpu_spec: str | None = None, sel: np.ndarray | None = None) -> list[dict]:
-    """One row per (op, dtype): totals over instances, largest time first.
+    """One row per (op, dtype, shape class: compute- or memory-bound calls): totals over instances,
+    largest time first.
 
     ``sel`` picks entries of ``floors(...).gpu`` (a window); the op's main kernel is the kernel
     with the most time among its instances.
     """
     f = floors(trace, gpu_spec)
     idx = np.arange(f.gpu.size) if sel is None else sel
+    # The shape class: a call whose FLOPs put it under the GPU's ridge is memory-bound, one above it
+    # compute-bound, so a 8192³ GEMM and a 1×8192 GEMV of one op and dtype are two rows, each with an
+    # efficiency against its own roof. Ops without FLOPs are one class.
+    shape_class = np.where(
+        ~np.isnan(f.floor_ns) & (np.nan_to_num(f.flops) > 0), np.where(f.bound == "compute", "c", "m"), ""
+    )
     groups: dict[tuple, dict] = {}
     kernel_time: dict[tuple, dict[str, float]] = {}
     calls_seen: dict[tuple, set] = {}
     for j in idx.tolist():
         name = f.family[j]
         kname = trace.names[int(trace.name_id[f.gpu[j]])]
-        key = (name, f.dtype[j]) if f.call[j] >= 0 else (name, "")
+        key = (name, f.dtype[j], str(shape_class[j])) if f.call[j] >= 0 else (name, "", "")
         g = groups.get(key)
         if g is None:
             g = groups[key] = {
@@ -346,29 +355,86 @@ def span_row(trace: Trace, sel: np.ndarray, gpu_spec: str | None = None) -> dict
     }
 
 
-def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
-    """Per phase (the user's ranges, analysis.phases): the GPU ops inside its GPU span, on its device,
-    launched by its process; folded by family when a name repeats (``decode_step ×64``)."""
-    from gaplens.analysis.phases import family, phases
+@dataclass(frozen=True)
+class _Launches:
+    """Entries of ``floors(...).gpu`` by when they were asked for: launched ones by their launch call's
+    start on the host, the rest (no launch in the trace) by their own start on the device."""
 
+    launched: np.ndarray  # entries with a launch call, sorted by that call's start
+    launched_t: np.ndarray
+    orphan: np.ndarray  # entries without one, sorted by their GPU start
+    orphan_t: np.ndarray
+    pid: np.ndarray  # per entry: the launching thread's process (-1 without a launch)
+    device: np.ndarray  # per entry: the device it ran on
+
+
+def _launches(trace: Trace, f: Floors) -> _Launches:
+    a = trace.launch[f.gpu]
+    has = a >= 0
+    lane_pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)
+    pid = np.where(has, lane_pid[trace.lane[np.maximum(a, 0)]], -1)
+    launched = np.flatnonzero(has)
+    lt = trace.start_ns[a[launched]]
+    o1 = np.argsort(lt, kind="stable")
+    orphan = np.flatnonzero(~has)
+    ot = trace.start_ns[f.gpu[orphan]]
+    o2 = np.argsort(ot, kind="stable")
+    return _Launches(launched[o1], lt[o1], orphan[o2], ot[o2], pid, trace.device_of_event()[f.gpu])
+
+
+def launched_sel(
+    lx: _Launches, host: tuple[int, int], gpu: tuple[int, int], pid: int | None, device: int | None
+) -> np.ndarray:
+    """Entries asked for inside a range: launched while its host span ran (by a thread of ``pid``),
+    or, without a launch in the trace, starting inside its GPU span; on ``device`` when given.
+
+        host    [---- range ----]
+                  launch  launch            <- these ops are the range's, wherever they ran
+        device  ███(earlier work)██ op op   <- work queued before the range is its own range's
+    """
+    lo, hi = np.searchsorted(lx.launched_t, host, side="left")
+    a = lx.launched[lo:hi]
+    if pid is not None:
+        a = a[lx.pid[a] == pid]
+    lo, hi = np.searchsorted(lx.orphan_t, gpu, side="left")
+    sel = np.concatenate((a, lx.orphan[lo:hi]))
+    if device is not None:
+        sel = sel[lx.device[sel] == device]
+    return np.sort(sel)
+
+
+def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
+    """Per phase (the user's ranges, analysis.phases): the GPU ops launched inside it (by the launch
+    call's time on the host, from a thread of its process), on its device; folded when a name repeats.
+
+    ``name`` is the phase's whole name (``gemm_fp8e4m3_8192`` repeated 12 times stays that name), or
+    the family of a numbered one (``decode_step`` for ``decode_step 0``, ``decode_step 1``, ...);
+    ``instances`` counts the ranges folded into the row.
+    """
+    from gaplens.analysis.phases import family_labels, phases
+
+    f = floors(trace, gpu_spec)
+    lx = _launches(trace, f)
+    found = [p for p in phases(trace) if p.device is not None]
+    label = family_labels(found)
     out: list[dict] = []
     fams: dict[tuple, list] = {}
-    for ph in phases(trace):
-        if ph.device is None:
-            continue
-        fams.setdefault((family(ph.name), ph.pid), []).append(ph)
-    for (fam, pid), members in fams.items():
-        parts = [window_sel(trace, p.start_ns, p.end_ns, p.pid, p.device, gpu_spec) for p in members]
+    for ph in found:
+        fams.setdefault((label[ph.name], ph.pid), []).append(ph)
+    for (name, pid), members in fams.items():
+        parts = [
+            launched_sel(lx, (p.host_start_ns, p.host_end_ns), (p.start_ns, p.end_ns), p.pid, p.device) for p in members
+        ]
         sel = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
         row = span_row(trace, sel, gpu_spec)
-        name = members[0].name if len(members) == 1 else f"{fam} ×{len(members)}"
         out.append({"name": name, "pid": pid, "instances": len(members), **row})
     return out
 
 
 def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
-    """The step (``analysis.steps``): per steady step the GPU ops inside its CUDA-event span; medians of
-    measured time and floor, the bound and the families above the floor over all steady steps."""
+    """The step (``analysis.steps``): per steady step the GPU ops launched inside its host range
+    (host spans decide which step an op belongs to); medians of measured time and floor, the bound
+    and the families above the floor over all steady steps."""
     try:
         from gaplens.analysis.steps import steps
     except ImportError:  # the step owner not landed: phases only
@@ -376,7 +442,8 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
     st = steps(trace)
     if not st or not st.steady:
         return None
-    parts = [window_sel(trace, st.spans[k][0], st.spans[k][1], st.pid, None, gpu_spec) for k in st.steady]
+    lx = _launches(trace, floors(trace, gpu_spec))
+    parts = [launched_sel(lx, st.host_spans[k], st.spans[k], st.pid, None) for k in st.steady]
     rows = [span_row(trace, sel, gpu_spec) for sel in parts]
     every = span_row(trace, np.unique(np.concatenate(parts)), gpu_spec)
     return {

@@ -290,7 +290,7 @@ def experiment(trace: Trace) -> Experiment:
     if cause == "unknown":
         lever = "collect a better trace first: " + (cols.message[big] or "the host side is missing")
         return Experiment(lever, because, "better_trace", blank, total, highlight, facts)
-    facts += _the_gap_line(cols, the, g, total, inside)
+    facts += _the_gap_line(cols, the, g, total, inside, st, k)
     copies = _copies_in(trace, cols.start_ns[mine], cols.end_ns[mine]) if cause == "copy" else None
     qs = quotes(trace, cause, copies)
     lever = fitted_lever(trace, GROUP_LEVER.get(cause, cause), _kind(trace), copies)
@@ -363,13 +363,21 @@ def _outside_line(outside_ns: int, total: int) -> list[str]:
     return [f"{fmt_ns(outside_ns)} more on-path blank time lies outside every step (before, between or after them)"]
 
 
-def _the_gap_line(cols: GapColumns, the: int, group: int, total: int, inside: np.ndarray) -> list[str]:
-    """Say so when THE gap of steps 4 and 5 is not of the group the lever targets, and how much it holds."""
+def _the_gap_line(
+    cols: GapColumns, the: int, group: int, total: int, inside: np.ndarray, st: Steps, k: np.ndarray
+) -> list[str]:
+    """Say so when THE gap of steps 4 and 5 is not of the group the lever targets, and how much it holds.
+
+    Its step is ``gap_steps``'s, the one step 4 names too (``walk.region_step``)."""
     if the < 0 or int(cols.cause[the]) == group or not cols.on_path[the]:
         return []
     d = int(cols.end_ns[the] - cols.start_ns[the])
     what = f"the largest blank region (steps 4 and 5: {fmt_ns(d)}, {CAUSES[int(cols.cause[the])]})"
     if 2 * int(inside[the]) < d:
+        if st and k[the] < 0:
+            return [f"{what} lies outside every {st.label}: not what a steady step pays"]
+        if st and k[the] in st.warmup_idx:
+            return [f"{what} lies in {st.names[int(k[the])]}, a warm-up step: not what a steady step pays"]
         return [f"{what} lies outside the steady time: warm-up, not what a steady step pays"]
     share = 100 * int(inside[the]) / max(total, 1)
     return [f"{what} holds {share:.1f}% of that time: the lever goes to the larger share"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gaplens.analysis.busy import bound_by, busy_share, compute_busy, device_splits, gpu_window, overhead_spans
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
@@ -17,12 +19,13 @@ from gaplens.analysis.phases import (
     Phase,
     by_process,
     chain,
+    family,
     family_labels,
     innermost,
     phases,
     phases_busy_pct,
 )
-from gaplens.analysis.protocol.experiment import KERNEL_BOUND_PCT, Experiment, experiment
+from gaplens.analysis.protocol.experiment import KERNEL_BOUND_PCT, Experiment, experiment, gap_steps
 from gaplens.analysis.protocol.notes import Notes
 from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
 from gaplens.analysis.steps import WARMUP_FACTOR, steps
@@ -97,6 +100,19 @@ class PhaseRow:
     depth: int
     source: str  # "trace" | "renamed" | "user"
     original: str = ""
+
+
+def region_step(trace: Trace, g: Gap, st) -> int:
+    """The step a blank region belongs to (-1: none), by the one rule step 6 also uses
+    (``experiment.gap_steps``: the step that launched the op ending it), so steps 4 and 6 name the
+    same step for the same region."""
+    if not st:
+        return -1
+    cols = gap_columns(trace)
+    hit = np.flatnonzero((cols.device == g.device) & (cols.start_ns == g.start_ns))
+    if hit.size == 0:
+        return -1
+    return int(gap_steps(trace, cols, st)[int(hit[0])])
 
 
 def phase_rows(trace: Trace, notes: Notes | None = None, plist: list[Phase] | None = None) -> list[PhaseRow]:
@@ -293,23 +309,15 @@ class Walkthrough:
         median and the warm-up named here are the ones ``summary`` prints (nsys_train_step said
         "80x the median train_step (8.75 ms)" beside a 7.44 ms step: a median over every step)."""
         st = steps(self.trace)
-        inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
-        if not st or inner is None or inner.pid != st.pid:
+        k = region_step(self.trace, g, st)
+        if k < 0 or k not in st.warmup_idx:
             return []
-        for k in st.warmup_idx:
-            a, z = st.host_spans[k]
-            if a <= inner.host_start_ns and inner.host_end_ns <= z:
-                dur = st.spans[k][1] - st.spans[k][0]
-                times = (
-                    f", {dur / st.median_ns:.0f}× the median {st.label} ({fmt_ns(st.median_ns)})"
-                    if st.median_ns
-                    else ""
-                )
-                return [
-                    f"{st.names[k]} took {fmt_ns(dur)}{times}: a warm-up step (the first, or at least "
-                    f"{WARMUP_FACTOR:g}× the median: lazy loading, autotuning); press g/G for the steady steps"
-                ]
-        return []
+        dur = st.spans[k][1] - st.spans[k][0]
+        times = f", {dur / st.median_ns:.0f}× the median {st.label} ({fmt_ns(st.median_ns)})" if st.median_ns else ""
+        return [
+            f"{st.names[k]} took {fmt_ns(dur)}{times}: a warm-up step (the first, or at least "
+            f"{WARMUP_FACTOR:g}× the median: lazy loading, autotuning); press g/G for the steady steps"
+        ]
 
     def _where(self, g: Gap) -> str:
         inner = innermost(device_phases(self.trace, g.device), g.start_ns, g.end_ns)
@@ -317,7 +325,13 @@ class Walkthrough:
             return ""
         names = [p.name for p in chain(self.phases, inner)[-WHERE_DEPTH:]]
         proc = f" (process {inner.pid})" if len(by_process(self.phases)) > 1 else ""
-        return " in " + " › ".join(names) + proc
+        # The step it counts against is the one that launched the op ending it (``region_step``, as
+        # step 6 reads it): said when the phases around the region's GPU time name another step.
+        st = steps(self.trace)
+        k = region_step(self.trace, g, st)
+        other = k >= 0 and st.names[k] not in names and any(family(n) == st.label for n in names)
+        owner = f"; it counts against {st.names[k]}, whose launch ends it" if other else ""
+        return " in " + " › ".join(names) + proc + owner
 
     # ---- 5. explain ---------------------------------------------------------
     def _step5(self) -> Step:

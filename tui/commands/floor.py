@@ -134,14 +134,16 @@ def render_text(trace: Trace, data: dict) -> str:
     if data["phases"]:
         lines += [
             "",
-            "phases (GPU ops inside each phase's GPU span)",
+            "phases (GPU ops launched inside each phase, by the launch call's time on the host)",
             f"  {'phase':<28} {'ops':>6} {'measured':>10} {'floor':>10} {'roof':>5} {'bound':<8} "
             f"{'unsized':>10}  above the floor",
         ]
         for p in data["phases"][:MAX_PHASES]:
             ex = ", ".join(f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])}" for e in p["excess"])
+            times = f" ×{p['instances']}" if p["instances"] > 1 else ""
+            name = short_name(p["name"], 28 - len(times)) + times
             lines.append(
-                f"  {short_name(p['name'], 28):<28} {p['count']:>6,} {fmt_ns(p['time_ns']):>10} "
+                f"  {name:<28} {p['count']:>6,} {fmt_ns(p['time_ns']):>10} "
                 f"{fmt_ns(p['floor_ns']):>10} {_pct(p['efficiency']):>5} {p['bound'] or '—':<8} "
                 f"{fmt_ns(p['unsized_ns']):>10}  {ex}"
             )
