@@ -97,3 +97,35 @@ CAPTURE_HINT = (
     "the trace has no CPU-side events; capture them with torch.profiler "
     "(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) or nsys --trace=cuda,nvtx,osrt"
 )
+
+
+#: A launch call this long is not dispatch overhead: the runtime loaded the kernel's module (or compiled it)
+#: inside it. A kernel launch takes microseconds, a lazy module load milliseconds (HTA's MI250 trace: the
+#: first hipLaunchKernel 6.6 ms). When it is the first launch of its kernel, it is a one-off warm-up.
+FIRST_CALL_MIN_NS = 1_000_000
+
+
+@per_trace
+def first_call_launches(trace: Trace) -> np.ndarray:
+    """The launch calls (event indices, sorted) that loaded a module: the first launch of their kernel (the
+    kernel name's earliest op) and ``FIRST_CALL_MIN_NS`` or longer. One rule for the causes (warm-up host
+    work, not launch overhead) and the experiment (set apart as warm-up)."""
+    k = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & (trace.launch >= 0))
+    if k.size == 0:
+        return np.empty(0, np.int64)
+    calls = trace.launch[k]
+    long = (trace.end_ns[calls] - trace.start_ns[calls]) >= FIRST_CALL_MIN_NS
+    if not long.any():
+        return np.empty(0, np.int64)
+    order = np.lexsort((trace.start_ns[k], trace.name_id[k]))
+    first = np.ones(order.size, bool)
+    first[1:] = trace.name_id[k][order][1:] != trace.name_id[k][order][:-1]
+    firsts = order[first]
+    return np.unique(calls[firsts][long[firsts]])
+
+
+def first_calls(trace: Trace, ops: np.ndarray) -> np.ndarray:
+    """Whether each GPU op (-1: none) was queued by a first-call module load (``first_call_launches``)."""
+    ops = np.asarray(ops, np.int64)
+    call = np.where(ops >= 0, trace.launch[np.maximum(ops, 0)], -1)
+    return (call >= 0) & np.isin(call, first_call_launches(trace))

@@ -15,7 +15,7 @@ device waited for; every instant of it falls in the strongest class that covers 
     class     host  launch                       host  sync (the op inherits its call)  sync (run-ahead)
 
 The run-ahead: host work after a synchronising call that waited for the device (the device drained
-while the host sat in it), up to the next call that queues work, is ``sync`` as well, for at most as
+while the host sat in it), up to the end of the next call that queues work, is ``sync`` as well, for at most as
 long as the call waited: without the sync the host would have done that work while the device ran
 what it was waiting for (DESIGN.md § Gap cause). The same after a memory-management call that waited
 for the device (``cudaFree`` synchronises) is ``alloc``. Time inside the input pipeline (a DataLoader's
@@ -44,7 +44,7 @@ from gaplens.analysis.busy import (
     is_host_copy,
     overhead_spans,
 )
-from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
+from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, first_call_launches, has_cpu_side
 from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
 from gaplens.analysis.gaps import CAUSES, Gap
@@ -54,9 +54,6 @@ from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: A CPU op that issues GPU work and runs longer than this is host work, not dispatch overhead.
 DISPATCH_MAX_NS = 100_000
-#: A first launch of a kernel longer than this loaded its module (launches take microseconds, lazy
-#: module loading milliseconds): warm-up host work, not launch overhead.
-WARMUP_LAUNCH_NS = 1_000_000
 #: An op that starts this long after its launch returned, with the device empty meanwhile, gets a note:
 #: queueing on an idle device takes microseconds.
 QUEUE_NOTE_NS = 1_000_000
@@ -89,7 +86,7 @@ COMM_HINT = (
 
 #: A thread's time levels, strongest first; each level is the union of its own intervals and every
 #: stronger level's, so the time at exactly one level is a difference of two prefix-sum lookups.
-LEVELS = ("sync", "alloc", "copy", "launch", "pipeline", "ahead_sync", "ahead_alloc")
+LEVELS = ("sync", "alloc", "copy", "pipeline", "ahead_sync", "ahead_alloc", "launch")
 
 
 @dataclass
@@ -108,7 +105,7 @@ class ThreadTime:
         own = {lv: at[lv] - (at[LEVELS[k - 1]] if k else 0) for k, lv in enumerate(LEVELS)}
         sync = own["sync"] + own["ahead_sync"]
         alloc = own["alloc"] + own["ahead_alloc"]
-        host = (e - s) - at["ahead_alloc"] + own["pipeline"]
+        host = (e - s) - at["launch"] + own["pipeline"]
         return np.stack((sync, alloc, own["copy"], own["launch"], host), axis=1).clip(min=0)
 
 
@@ -133,15 +130,17 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
       host<->device copy call whole; an asynchronous device-local (DtoD, peer) copy call is a launch;
     - alloc: memory-management calls (``Call.ALLOC``);
     - launch: launch calls, except memory management and module loading and the first launch of a
-      kernel that ran longer than ``WARMUP_LAUNCH_NS`` (it loaded the module: warm-up host work);
+      kernel that took ``calls.FIRST_CALL_MIN_NS`` or more (it loaded the module: warm-up host work);
       a short CPU op that makes any call that queues work (dispatch overhead);
     - pipeline: the input pipeline's ranges and ops (``INPUT_PIPELINE``): host time, never run-ahead;
     - ahead_sync / ahead_alloc: the run-ahead after a sync or memory-management call that waited for
-      the device, up to the next call that queues work and at most as long as the call waited.
+      the device: the Python and the launch that follow it, up to the end of the next call that queues
+      work and at most as long as the call waited (stronger than launch: that launch would have been
+      made while the device still worked).
     """
     cls = api_class(trace)
     copy_op = _copy_op_of_calls(trace, cls)
-    warm = _warmup_launches(trace, cls)
+    warm = first_call_launches(trace)
     waited = _waited_ns(trace, cls)
     pipeline = _pipeline_events(trace)
     by_thread: dict[tuple[int, int], dict[LaneKind, int]] = {}
@@ -197,7 +196,7 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
             as_launch = has & ~blocking & ~host_link
             launch_s.append(c_s[as_launch])
             launch_e.append(c_e[as_launch])
-        lm = (a_c == Call.LAUNCH) & ~warm(api)
+        lm = (a_c == Call.LAUNCH) & ~np.isin(api, warm)
         launch_s += [a_s[lm], o_s[inside(Call.LAUNCH) & short]]
         launch_e += [a_e[lm], o_e[inside(Call.LAUNCH) & short]]
         alloc = a_c == Call.ALLOC
@@ -206,15 +205,17 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
         levels = {}
         acc_s: list[np.ndarray] = []
         acc_e: list[np.ndarray] = []
-        for lv, add_s, add_e in (
-            ("sync", sync_s, sync_e),
-            ("alloc", [a_s[alloc]], [a_e[alloc]]),
-            ("copy", copy_s, copy_e),
-            ("launch", launch_s, launch_e),
-            ("pipeline", [p[0] for p in pipe], [p[1] for p in pipe]),
-            ("ahead_sync", [ahead[0][0]], [ahead[0][1]]),
-            ("ahead_alloc", [ahead[1][0]], [ahead[1][1]]),
-        ):
+        parts = {
+            "sync": (sync_s, sync_e),
+            "alloc": ([a_s[alloc]], [a_e[alloc]]),
+            "copy": (copy_s, copy_e),
+            "pipeline": ([p[0] for p in pipe], [p[1] for p in pipe]),
+            "ahead_sync": ([ahead[0][0]], [ahead[0][1]]),
+            "ahead_alloc": ([ahead[1][0]], [ahead[1][1]]),
+            "launch": (launch_s, launch_e),
+        }
+        for lv in LEVELS:  # cumulative, strongest first: ``ThreadTime.split`` reads them in this order
+            add_s, add_e = parts[lv]
             acc_s += add_s
             acc_e += add_e
             levels[lv] = BusySpans(_cat(acc_s), _cat(acc_e))
@@ -249,8 +250,9 @@ def _run_ahead(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """One thread's run-ahead lost to waiting calls: ((starts, ends) after syncs, (starts, ends) after allocs).
 
-    From a waiting call's return to the next call that queues work (a launch, copy or sync call), and no
-    longer than the call waited: past that the device would have run dry anyway, so the host was late.
+    From a waiting call's return to the end of the next call that queues work (a launch, copy or sync
+    call: the host work and the launch that put the next op on the device), and no longer than the call
+    waited: past that the device would have run dry anyway, so the host was late.
     """
     order = np.argsort(a_s, kind="stable")
     s, e, c, w = a_s[order], a_e[order], a_c[order], waited[order]
@@ -263,7 +265,7 @@ def _run_ahead(
             continue
         j = np.searchsorted(s[queues], e[k], "left")  # the first queueing call starting at or after the return
         has = j < queues.size
-        nxt = np.where(has, s[queues[np.minimum(j, queues.size - 1)]], e[k])
+        nxt = np.where(has, e[queues[np.minimum(j, queues.size - 1)]], e[k])
         end = np.minimum(nxt, e[k] + w[k])
         out.append((e[k], np.maximum(end, e[k])))
     return out[0], out[1]
@@ -322,26 +324,6 @@ def _copy_op_of_calls(trace: Trace, cls: np.ndarray) -> Callable[[np.ndarray], n
         return np.where(ok, ops[kk] if calls.size else -1, -1)
 
     return lookup
-
-
-def _warmup_launches(trace: Trace, cls: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """A predicate over API calls: the first launch of a kernel, longer than ``WARMUP_LAUNCH_NS`` (module load)."""
-    k = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & (trace.launch >= 0))
-    calls = trace.launch[k]
-    long = (trace.end_ns[calls] - trace.start_ns[calls]) > WARMUP_LAUNCH_NS
-    warm = np.empty(0, np.int64)
-    if long.any():
-        # The earliest-launched op of each kernel name: its call is the first launch of that kernel.
-        order = np.lexsort((trace.start_ns[calls], trace.name_id[k]))
-        first = np.ones(order.size, bool)
-        first[1:] = trace.name_id[k][order][1:] != trace.name_id[k][order][:-1]
-        firsts = order[first]
-        warm = np.unique(calls[firsts][long[firsts]])
-
-    def is_warm(call: np.ndarray) -> np.ndarray:
-        return np.isin(call, warm) if warm.size else np.zeros(np.asarray(call).size, bool)
-
-    return is_warm
 
 
 def next_compute_ops(trace: Trace, devices: np.ndarray, gap_end: np.ndarray) -> np.ndarray:

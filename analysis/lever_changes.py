@@ -30,6 +30,16 @@ from gaplens.loaders.model import Kind, Trace
 #: Share of the host link's one-way peak a pinned copy reaches: 54.6 GB/s of PCIe Gen5 x16's 64 GB/s for a
 #: 512 MiB pinned HtoD copy on an H200 (round-3 floor_calib, CUDA events: 9.84 ms), i.e. 0.85.
 PINNED_LINK_SHARE = 0.85
+#: Device allocations per step at this share of the kernel launches or more mean the caching allocator is off
+#: (every op allocates): 371 cudaMalloc per 264 launches in round-4 alloc_fault; code that allocates a buffer
+#: or two per step has a handful.
+ALLOCATOR_OFF_SHARE = 0.5
+#: Said beside --remove alloc's prediction when the allocator is off: the trace cannot show the rest of the fix.
+ALLOCATOR_OFF_NOTE = (
+    "a lower bound on the gain: with the caching allocator off every op allocates, and the recordings show the "
+    "launch calls and ops around the allocations slower too (launches 2x in round-4 alloc_fault against its fix); "
+    "what-if takes only the allocation calls off"
+)
 #: Why no prediction is quoted for groups the replay cannot change.
 NO_MODEL = {
     "dependency": "what-if does not model how much sooner the awaited work could run: try `gaplens whatif "
@@ -66,7 +76,8 @@ class Quote:
             why = next((n for n in self.notes if n.startswith("no gain")), "the change moves nothing that follows")
             return [f"what-if predicts no gain from `{self.command}`: {why}"]
         out = [f"{self.label}gaplens whatif {self.command}: {fmt_ns(m)} → {fmt_ns(p)} per step predicted"]
-        return out + list(self.notes[:1])
+        extra = [n for n in self.notes[1:] if n == ALLOCATOR_OFF_NOTE]
+        return out + list(self.notes[:1]) + extra
 
 
 def changes_for(trace: Trace, group: str, copies: list[int] | None = None) -> tuple[list[Change], str]:
@@ -140,7 +151,22 @@ def quote(trace: Trace, group: str, copies: list[int] | None = None) -> Quote:
     if group == "host" and got.changes and not got.why_not and _nothing_removed(trace):
         # no island and no input pipeline: the host group is the launch loop's short gaps
         got = _predict(trace, [launch_change(trace)])
+    if group == "alloc" and allocator_off(trace):
+        got = Quote(got.changes, got.measured_ns, got.predicted_ns, (*got.notes, ALLOCATOR_OFF_NOTE), got.why_not)
     return got
+
+
+def allocator_off(trace: Trace) -> bool:
+    """Device allocations as many as ``ALLOCATOR_OFF_SHARE`` of the kernel launches: every op allocates."""
+    from gaplens.analysis.calls import Call, api_class
+    from gaplens.analysis.levers import per_step
+
+    cls = api_class(trace)
+    names = trace.names
+    alloc = np.flatnonzero(cls == Call.ALLOC)
+    device = alloc[[("host" not in names[int(i)].lower()) for i in trace.name_id[alloc]]] if alloc.size else alloc
+    launches = np.flatnonzero(cls == Call.LAUNCH)
+    return device.size > 0 and per_step(trace, device)[0] >= ALLOCATOR_OFF_SHARE * per_step(trace, launches)[0]
 
 
 def quotes(trace: Trace, group: str, copies: list[int] | None = None) -> list[Quote]:

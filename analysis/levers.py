@@ -271,7 +271,7 @@ def graph_lever(trace: Trace, workload: str, base: str) -> str:
         return base
     from gaplens.analysis.calls import Call, api_class
 
-    per, _ = _per_step(trace, np.flatnonzero(api_class(trace) == Call.LAUNCH))
+    per, _ = per_step(trace, np.flatnonzero(api_class(trace) == Call.LAUNCH))
     return GRAPH_STEP_LEVER.format(launches=f"{per:,.0f}")
 
 
@@ -291,7 +291,7 @@ SYNC_LOOP_LEVER = (
 )
 
 
-def _per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
+def per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
     """How many of the events ``idx`` fall in a steady step, per steady step, and the unit ("per step" /
     "per decode_step"); over the whole trace ("in the trace") without steps."""
     from gaplens.analysis.steps import step_of, steps
@@ -311,7 +311,7 @@ def _calls_text(trace: Trace, idx: np.ndarray) -> str:
 
     if idx.size == 0:
         return ""
-    per, unit = _per_step(trace, idx)
+    per, unit = per_step(trace, idx)
     share = per / max(idx.size, 1)
     ids, inv = np.unique(trace.name_id[idx], return_inverse=True)
     dur = (trace.end_ns[idx] - trace.start_ns[idx]).astype(np.int64)
@@ -330,7 +330,7 @@ SYNC_LOOP_MIN = 2
 def _syncs_per_step(trace: Trace) -> float:
     from gaplens.analysis.calls import Call, api_class
 
-    return _per_step(trace, np.flatnonzero(api_class(trace) == Call.SYNC))[0]
+    return per_step(trace, np.flatnonzero(api_class(trace) == Call.SYNC))[0]
 
 
 def alloc_lever(trace: Trace, workload: str) -> str:
@@ -353,4 +353,29 @@ def sync_lever(trace: Trace, workload: str = "generic") -> str:
     base = lever("sync_cliff", "hpc") if workload == "hpc" else SYNC_LOOP_LEVER
     idx = np.flatnonzero(api_class(trace) == Call.SYNC)
     calls = _calls_text(trace, idx)
-    return f"{base}: {calls}" if calls else base
+    where = _phase_holding(trace, idx)
+    return f"{base}: {calls}{f' inside {where}' if where else ''}" if calls else base
+
+
+#: The phase named as where the syncs are holds at least this share of them: "inside forward" must be true
+#: of most of the calls, not of a few.
+PHASE_HOLDS_SHARE = 0.8
+
+
+def _phase_holding(trace: Trace, idx: np.ndarray) -> str:
+    """The deepest phase family (the user's ranges, ``analysis.phases``) holding ``PHASE_HOLDS_SHARE`` of the
+    events ``idx`` on the host, or "" when none does."""
+    from gaplens.analysis.phases import phases
+    from gaplens.analysis.steps import family
+
+    if idx.size == 0:
+        return ""
+    t = np.sort(trace.start_ns[idx])
+    held: dict[str, list[int]] = {}  # family -> [events inside, depth]
+    for p in phases(trace):
+        n = int(np.searchsorted(t, p.host_end_ns, "right") - np.searchsorted(t, p.host_start_ns, "left"))
+        acc = held.setdefault(family(p.name), [0, p.depth])
+        acc[0] += n
+        acc[1] = max(acc[1], p.depth)
+    ok = [(depth, name) for name, (n, depth) in held.items() if n >= PHASE_HOLDS_SHARE * idx.size]
+    return max(ok)[1] if ok else ""

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
+from gaplens.analysis.calls import first_calls
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
-from gaplens.analysis.levers import fitted_lever
+from gaplens.analysis.levers import fitted_lever, per_step
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.memory import HOST_DEVICE, memory_rows
 from gaplens.analysis.phases import family, holding_share_each, innermost_each, phases
-from gaplens.analysis.protocol.experiment import first_calls
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
@@ -336,7 +336,7 @@ def host_islands(trace: Trace, gaps: GapColumns, st: Steps) -> list[Finding]:
         share = step_share(st, g.start_ns, g.end_ns)
         of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
         numbers = {"host_share": host, "step_share": None if share is None else round(share, 3)}
-        what = f"while the host ran CPU work with no CUDA calls ({100 * host:.0f}% of the gap)"
+        what = f"while the host ran CPU work outside any CUDA call ({100 * host:.0f}% of the gap)"
         if first_calls(trace, np.asarray([nxt]))[0]:
             # The first launch of a kernel that loads its module: warm-up, not a steady cost.
             call = int(trace.launch[nxt])
@@ -524,6 +524,7 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int
         trace, np.asarray([f.start_ns for f in out], np.int64), np.asarray([f.end_ns for f in out], np.int64)
     )
     out = [f for f, ok in zip(out, inside.tolist(), strict=True) if ok]
+    how_often = _calls_per_step(trace, {trace.name(f.evidence[0]) for f in out})
     for f in out:
         n = f.numbers
         first = f.evidence[0]
@@ -533,9 +534,19 @@ def sync_cliffs(trace: Trace, path: CriticalPath, gaps: GapColumns, step_ns: int
             else ""
         )
         f.summary = (
-            f"{trace.name(first)} ×{n['syncs']}: host blocked {fmt_ns(n['blocked_ns'])}{comm}, then the device "
-            f"waited {fmt_ns(n['idle_after_ns'])} for the host"
+            f"{trace.name(first)} ×{n['syncs']}{how_often.get(trace.name(first), '')}: host blocked "
+            f"{fmt_ns(n['blocked_ns'])}{comm}, then the device waited {fmt_ns(n['idle_after_ns'])} for the host"
         )
+    return out
+
+
+def _calls_per_step(trace: Trace, names: set[str]) -> dict[str, str]:
+    """`` (33 per step)``: how often each named synchronising call runs per steady step, for the cliff's words."""
+    out = {}
+    for name in names:
+        ids = [i for i, nm in enumerate(trace.names) if nm == name]
+        n, unit = per_step(trace, np.flatnonzero(np.isin(trace.name_id, ids) & (trace.kind == int(Kind.CUDA_API))))
+        out[name] = f" ({n:.3g} {unit})"
     return out
 
 

@@ -509,6 +509,34 @@ def _region_host_time(trace: Trace, b: _Base, cols, sel: np.ndarray):
     return th[okt], g0[okt], g1[okt], cols.end_ns[sel][has][okt], int((~has).sum() + (~okt).sum())
 
 
+def _until_launching_op(trace: Trace, b: _Base, th: np.ndarray, g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
+    """Each island's end, cut where the first CPU op that issues GPU work starts inside it: from there on the
+    thread is making the next op (a compiled or graphed call's own host overhead, the dispatcher), which no
+    fix of the island takes away (``--remove host`` keeps it). The user's ranges do not cut: a step range
+    that begins inside an island marks time, it does no work."""
+    from gaplens.analysis.calls import Call, api_class
+
+    if th.size == 0:
+        return g1
+    t0 = int(trace.start_ns.min())
+    span = int(trace.end_ns.max()) - t0 + 2
+    queue = np.flatnonzero((api_class(trace) >= Call.LAUNCH) & (b.thread >= 0))
+    qk = np.sort(b.thread[queue] * span + (trace.start_ns[queue] - t0))
+    ops = np.flatnonzero((trace.kind == int(Kind.CPU_OP)) & (b.thread >= 0))
+    os_ = b.thread[ops] * span + (trace.start_ns[ops] - t0)
+    oe = b.thread[ops] * span + (trace.end_ns[ops] - t0)
+    issues = np.searchsorted(qk, oe, "right") > np.searchsorted(qk, os_, "left")
+    starts = np.sort(os_[issues])
+    if starts.size == 0:  # no CPU op issues work (no CPU ops recorded, or nsys): the islands stay whole
+        return g1
+    q = th * span + (g0 - t0)
+    k = np.searchsorted(starts, q, "right")  # the first issuing op starting after the island began
+    nxt = np.where(k < starts.size, starts[np.minimum(k, starts.size - 1)], np.iinfo(np.int64).max)
+    same = (nxt // span) == th
+    cut = np.where(same, nxt - th * span + t0, g1)
+    return np.minimum(g1, np.maximum(cut, g0))
+
+
 def _calls_of(trace: Trace, b: _Base, cls_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(threads, starts, ends) of every API call of class ``cls_`` on a traced host thread."""
     from gaplens.analysis.calls import api_class
@@ -570,6 +598,8 @@ def _removal(trace: Trace, b: _Base, cause: str, every: bool = False):
     pipeline_ns = None
     if cause in ("host", "launch", "copy"):
         th, g0, g1, region_end, untraced = _region_host_time(trace, b, cols, sel)
+    if cause == "host" and not every:
+        g1 = _until_launching_op(trace, b, th, g0, g1)
     if cause == "host" and not every:
         pt, ps, pe = _pipeline_time(trace, b)
         pipeline_ns = int((pe - ps).sum())

@@ -42,7 +42,9 @@ CAUSE_WORDS = {
     "alloc": "the host was inside memory-management calls (cudaMalloc, cudaFree, pinned-buffer allocations)",
     "copy": "copies ran (or the host sat in copy calls) while the device computed nothing",
     "launch": "the host was busy issuing launch calls",
-    "host": "the host ran CPU work with no CUDA calls",  # true of host time: calls are other causes
+    # Host time is by definition outside every CUDA call (calls are the other causes); "no CUDA calls" would be
+    # false of a region that also holds some (DESIGN.md: a sentence is true of the region it names).
+    "host": "the host ran CPU work outside CUDA calls",
     "comm": "the device only communicated: it waited for a peer or the network",
     "profiler": "the profiler's own work (an artefact of tracing)",
     "idle": "nothing was asked of the device (GPU idle)",

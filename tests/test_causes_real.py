@@ -238,17 +238,18 @@ def test_summary_json_carries_copy_ns_from_the_raw_copies():
 
 @pytest.mark.parametrize("factor, cause", [(0.5, "host"), (1.5, "launch")])
 def test_warm_up_launch_threshold_flips_only_past_the_measured_first_launch(monkeypatch, factor, cause):
-    """Sensitivity of WARMUP_LAUNCH_NS on HTA's mi250 trace (not tuned on it): its first hipLaunchKernel runs
-    6.6 ms (raw JSON); a threshold below that makes the region warm-up host work, one above makes it launch."""
-    import gaplens.analysis.causes as causes
+    """Sensitivity of the first-call rule (calls.FIRST_CALL_MIN_NS) on HTA's mi250 trace (not tuned on it): its
+    first hipLaunchKernel runs 6.6 ms (raw JSON); a threshold below that makes the region warm-up host work,
+    one above makes it launch."""
+    import gaplens.analysis.calls as calls
     from gaplens.loaders import load
 
     path = public("hta/mi250_rocm.json.gz")
     launches = [float(e["dur"]) * 1000 for e in _raw(path) if e.get("ph") == "X" and e.get("name") == "hipLaunchKernel"]
     first_long = max(launches)
-    assert first_long > 5 * causes.WARMUP_LAUNCH_NS  # the default sits well below the measured module load
+    assert first_long > 5 * calls.FIRST_CALL_MIN_NS  # the default sits well below the measured module load
     monkeypatch.setenv("GAPLENS_READINGS_CACHE", "0")
-    monkeypatch.setattr(causes, "WARMUP_LAUNCH_NS", int(first_long * factor))
+    monkeypatch.setattr(calls, "FIRST_CALL_MIN_NS", int(first_long * factor))
     tr = load(path)  # a fresh Trace: readings are memoised per trace
     cols = gap_columns(tr)
     k = int(np.argmax(cols.end_ns - cols.start_ns))

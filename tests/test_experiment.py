@@ -214,7 +214,9 @@ def test_first_call_threshold_on_mi250(monkeypatch, min_ns, set_apart):
     longest = max(e.get("dur", 0) for e in events if e.get("name") == "hipLaunchKernel")
     assert 6_000 < longest < 7_000  # µs, from the raw events
     trace = load(path)
-    monkeypatch.setattr(ex, "FIRST_CALL_MIN_NS", min_ns)
+    import gaplens.analysis.calls as calls
+
+    monkeypatch.setattr(calls, "FIRST_CALL_MIN_NS", min_ns)  # the one first-call rule, read by causes and here
     got = ex.experiment.__wrapped__(trace)
     assert ("first-call launch" in got.because) is set_apart
     if set_apart:

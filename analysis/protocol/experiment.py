@@ -6,7 +6,7 @@ experiment goes to the *cause group* holding the most on-path blank time in stea
 
 1. Steady steps come from the one step owner (``analysis.steps``), warm-up steps set apart; a gap
    belongs to the step that launched the op ending it (the host was late there). Without steps,
-   the whole GPU window. A one-off first-call launch (a launch call of ``FIRST_CALL_MIN_NS`` or
+   the whole GPU window. A one-off first-call launch (a launch call of ``calls.FIRST_CALL_MIN_NS`` or
    more, the first launch of its kernel: the runtime loading a module) is warm-up wherever it lies.
 2. On-path blank time per cause in those steps (``analysis.gaps.gap_columns``), summed over
    devices; the largest group wins, printed with its share, the steps it appears in and the smell
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, union
+from gaplens.analysis.calls import first_calls
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.lever_changes import NO_MODEL, quotes
 from gaplens.analysis.levers import fitted_lever, graph_lever
@@ -48,9 +49,6 @@ KERNEL_BOUND_PCT = 90.0
 DEVICE_PACED_BLANK_SHARE = 0.05
 #: A step whose copies run alone (no compute beside them) this share of its steady time is copy-bound.
 COPY_BOUND_SHARE = 0.5
-#: A launch call this long is not dispatch overhead: the runtime loaded a module or compiled (a kernel
-#: launch takes microseconds; a module load milliseconds). When it is the kernel's first launch, warm-up.
-FIRST_CALL_MIN_NS = 1_000_000
 
 #: The floor's op family is named as the lever only when its time above the floor is this share of the
 #: steady time: the same twentieth that makes host-side blank time worth a lever.
@@ -140,30 +138,6 @@ def gap_steps(trace: Trace, cols: GapColumns, st: Steps) -> np.ndarray:
     k = np.searchsorted(lo[order], cols.start_ns[~has], "right") - 1
     ok = (k >= 0) & (cols.start_ns[~has] < hi[order][np.maximum(k, 0)])
     out[np.flatnonzero(~has)[ok]] = order[k[ok]]
-    return out
-
-
-def first_calls(trace: Trace, ops: np.ndarray) -> np.ndarray:
-    """Whether each GPU op was queued by a launch call of ``FIRST_CALL_MIN_NS`` or more that is the first of its name.
-
-    The runtime loaded the kernel's module (or compiled it) inside that first call: a one-off, warm-up.
-    """
-    ops = np.asarray(ops, np.int64)
-    out = np.zeros(ops.size, bool)
-    ok = ops >= 0
-    if not ok.any():
-        return out
-    op = ops[ok]
-    call = trace.launch[op]
-    has = call >= 0
-    long = np.zeros(op.size, bool)
-    long[has] = (trace.end_ns[call[has]] - trace.start_ns[call[has]]) >= FIRST_CALL_MIN_NS
-    if not long.any():
-        return out
-    kernels = np.flatnonzero(trace.kind == int(Kind.KERNEL))
-    first = np.full(len(trace.names), np.iinfo(np.int64).max, np.int64)
-    np.minimum.at(first, trace.name_id[kernels], trace.start_ns[kernels])
-    out[ok] = long & (trace.start_ns[op] <= first[trace.name_id[op]])
     return out
 
 
@@ -323,6 +297,8 @@ def _compute_pct(trace: Trace, st: Steps, cols: GapColumns) -> float:
     s0, s1 = np.clip(s0, w0, w1), np.clip(s1, w0, w1)
     keep = s1 > s0
     s0, s1 = s0[keep], s1[keep]
+    if s0.size == 0:  # the steps hold none of the GPU window (a marker around set-up): read the trace
+        return active_compute_pct(trace)
     idle = cols.cause == CAUSES.index("idle")
     pts_in = _inside(s0, s1, cols.start_ns[idle], cols.end_ns[idle])
     asked = int((s1 - s0).sum()) * max(len(devs), 1) - int(pts_in.sum())
