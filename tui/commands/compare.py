@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="EXPR",
-        help=f"exit 3 when a condition holds ({METRICS}; several allowed, or comma-separated)",
+        # argparse %-formats help text: the metrics' own "%" must be doubled.
+        help=f"exit 3 when a condition holds ({METRICS.replace('%', '%%')}; several allowed, or comma-separated)",
     )
 
 
