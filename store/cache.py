@@ -1,9 +1,12 @@
 """A cache of built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once.
 
 Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
-``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
-and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (``files.atomic_write``) and a
-token shared by the two files catches a pair torn by concurrent writers. Every entry carries
+``~/.cache/gaplens``; one entry per trace *content* (``content_id``: the size, both ends and
+16 blocks sampled between them), so a trace copied or moved to another path is the same entry,
+valid while the loaders' code is unchanged. A small file per path remembers the content id it
+had at a size, mtime and inode, so an unchanged file is looked up without reading it. Writes are
+atomic (``files.atomic_write``) and a token shared by the two files catches a pair torn by
+concurrent writers (two paths of one content may write one entry at once). Every entry carries
 checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
 caller rebuilds, with a warning, never different readings. Entries are never read or written
 through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
@@ -28,7 +31,13 @@ from gaplens.loaders.columns import numpy_dtype, view
 from gaplens.loaders.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
 from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
 
-VERSION = 2  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+VERSION = 3  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+#: Bytes hashed at each end of the file, and the blocks sampled evenly between them: a content id read
+#: in a few milliseconds whatever the trace's size (about 3 MiB), that still changes when an edit
+#: changes the size, either end or a sampled block. Notes use the two ends alone (store.notes).
+ID_END_BYTES = 1 << 20
+ID_SAMPLE_BYTES = 64 << 10
+ID_SAMPLES = 16
 COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
 
 
@@ -41,19 +50,69 @@ def _code_stamp() -> str:
     return digest.hexdigest()[:16]
 
 
-def _entry(path: str) -> tuple[Path, dict]:
-    """Base path of the entry for a trace file, and the stamp that keeps it valid."""
+def content_id(path: str | os.PathLike) -> str:
+    """The trace's content identity: its size and a hash of both ends and of ``ID_SAMPLES`` blocks between."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        h = hashlib.blake2b(digest_size=16)
+        h.update(str(size).encode())
+        h.update(fh.read(ID_END_BYTES))
+        if size > 2 * ID_END_BYTES:
+            inner = size - 2 * ID_END_BYTES
+            for k in range(ID_SAMPLES):
+                fh.seek(ID_END_BYTES + inner * k // ID_SAMPLES)
+                h.update(fh.read(ID_SAMPLE_BYTES))
+        if size > ID_END_BYTES:
+            fh.seek(max(ID_END_BYTES, size - ID_END_BYTES))
+            h.update(fh.read(ID_END_BYTES))
+    return f"{size}:{h.hexdigest()}"
+
+
+def _path_file(absolute: str) -> Path:
+    return (
+        cache_dir() / "traces" / "paths" / hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    )
+
+
+def _seen(absolute: str, st: os.stat_result) -> dict:
+    return {"path": absolute, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def _known_id(absolute: str, st: os.stat_result) -> str | None:
+    """The content id remembered for this path while it keeps its size, mtime and inode (else None)."""
+    try:
+        got = orjson.loads(read_own(_path_file(absolute)))
+        want = _seen(absolute, st)
+        if isinstance(got, dict) and all(got.get(k) == v for k, v in want.items()) and isinstance(got.get("id"), str):
+            return got["id"]
+    except Exception:  # absent, torn, a symlink: read the file's ends instead
+        pass
+    return None
+
+
+def _note_id(absolute: str, st: os.stat_result, cid: str) -> None:
+    """Remember ``cid`` for this path (best effort: a failure costs the next lookup one content read)."""
+    try:
+        folder = own_dir(_path_file(absolute).parent, create=True)
+        if folder is not None:
+            atomic_write(_path_file(absolute), orjson.dumps({**_seen(absolute, st), "id": cid}))
+    except Exception:
+        pass
+
+
+def _entry(path: str) -> tuple[Path, dict, tuple[str, os.stat_result, str] | None]:
+    """Base path of the entry for a trace file, the stamp that keeps it valid, and (path, stat, id) to
+    remember when the id was read from the file rather than from the path's own record."""
     absolute = os.path.abspath(path)
     st = os.stat(absolute)
-    stamp = {
-        "version": VERSION,
-        "code": _code_stamp(),
-        "path": absolute,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-    }
-    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return cache_dir() / "traces" / digest, stamp
+    cid = _known_id(absolute, st)
+    fresh = None
+    if cid is None:
+        cid = content_id(absolute)
+        fresh = (absolute, st, cid)
+    stamp = {"version": VERSION, "code": _code_stamp(), "id": cid}
+    digest = hashlib.sha256(cid.encode()).hexdigest()[:32]
+    return cache_dir() / "traces" / digest, stamp, fresh
 
 
 def lookup(path: str) -> Trace | None:
@@ -69,7 +128,7 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
     rebuilds the entry), never different readings. Nothing is read through a symlink.
     """
     try:
-        base, stamp = _entry(path)
+        base, stamp, fresh = _entry(path)
         if own_dir(base.parent, create=False) is None:
             return None, ""
         raw = read_own(base.with_suffix(".json"))
@@ -94,7 +153,10 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
         if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
             return None, ""
         trace = _trace(table, info)
+        trace.meta.path = path  # the entry may have been built from a copy at another path
         _remember(trace, base, info["token"])
+        if fresh is not None:
+            _note_id(*fresh)
         return trace, ""
     except Exception:  # whatever the damage, a miss
         return None, damaged
@@ -103,7 +165,7 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
 def store(path: str, trace: Trace) -> bool:
     """Save ``trace`` as the entry of ``path``; False (and nothing written) when that fails."""
     try:
-        base, stamp = _entry(path)
+        base, stamp, fresh = _entry(path)
         if own_dir(base.parent, create=True) is None:
             return False
         token = secrets.token_hex(8)
@@ -115,6 +177,8 @@ def store(path: str, trace: Trace) -> bool:
         sums["info_crc"] = checksum(info)
         atomic_write(base.with_suffix(".json"), orjson.dumps(sums) + b"\n" + info)
         _remember(trace, base, token)
+        if fresh is not None:
+            _note_id(*fresh)
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -51,7 +50,8 @@ def test_second_load_is_a_hit_equal_to_a_fresh_load(trace_file):
     _same(load(trace_file, use_cache=False), hit)
     hit.kind[:1] = hit.kind[:1]  # a hit owns writable arrays, like a fresh load
     assert (trace_file.read_bytes(), os.stat(trace_file).st_mtime_ns) == before
-    leftovers = [p.name for p in (cache.cache_dir() / "traces").iterdir() if p.suffix not in (".arrow", ".json")]
+    entries = (cache.cache_dir() / "traces").iterdir()
+    leftovers = [p.name for p in entries if p.suffix not in (".arrow", ".json") and p.name != "paths"]
     assert not leftovers
 
 
@@ -62,16 +62,67 @@ def test_opt_out_writes_nothing(trace_file):
 
 def test_stale_entry_is_ignored(trace_file):
     load(trace_file)
+    # Another content at the same path (same mtime, so only the content can tell): a miss.
     st = os.stat(trace_file)
-    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    shutil.copyfile(sample("train_step.json.gz"), trace_file)
+    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert cache.lookup(str(trace_file)) is None
     load(trace_file)  # rebuilds and refreshes the entry
     assert cache.lookup(str(trace_file)) is not None
 
 
+def test_a_touched_trace_is_still_a_hit(trace_file):
+    load(trace_file)
+    st = os.stat(trace_file)
+    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert cache.lookup(str(trace_file)) is not None  # the content did not change
+
+
+def test_one_content_at_two_paths_is_one_entry(trace_file, tmp_path):
+    """Issue 31: the bundled sample at two paths was parsed and cached twice (25 MB)."""
+    fresh = load(trace_file)
+    copy = tmp_path / "elsewhere" / "renamed.json.gz"
+    copy.parent.mkdir()
+    shutil.copyfile(trace_file, copy)
+    hit = cache.lookup(str(copy))
+    assert hit is not None and hit.meta.path == str(copy)  # served from the first path's entry, named as asked
+    _same(load(copy, use_cache=False), load(copy))
+    assert fresh.meta.path == str(trace_file)
+    assert len(list((cache.cache_dir() / "traces").glob("*.arrow"))) == 1
+    moved = tmp_path / "moved.json.gz"
+    os.replace(trace_file, moved)
+    assert cache.lookup(str(moved)) is not None
+
+
+def test_a_known_path_is_looked_up_without_reading_the_trace(trace_file, monkeypatch):
+    load(trace_file)
+    assert cache.lookup(str(trace_file)) is not None  # the first lookup remembers the path's content id
+
+    def refuse(path):
+        raise AssertionError("read the trace to find its content id")
+
+    monkeypatch.setattr(cache, "content_id", refuse)
+    assert cache.lookup(str(trace_file)) is not None
+    st = os.stat(trace_file)
+    os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # touched: the record no longer vouches
+    with pytest.raises(AssertionError):
+        cache._entry(str(trace_file))
+
+
+def test_content_id_sees_an_edit_in_the_middle(tmp_path):
+    """Same size and ends, one sampled block changed: another id (a change between samples is not seen)."""
+    size = 8 * cache.ID_END_BYTES
+    data = bytearray(os.urandom(size))
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_bytes(bytes(data))
+    data[cache.ID_END_BYTES + 5] ^= 1  # inside the first sampled block
+    b.write_bytes(bytes(data))
+    assert cache.content_id(a) != cache.content_id(b)
+    assert cache.content_id(a) == cache.content_id(a)
+
+
 def _entry(path) -> str:
-    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:32]
-    return str(cache.cache_dir() / "traces" / digest)
+    return str(cache._entry(str(path))[0])
 
 
 @pytest.mark.parametrize("damage", ["garbage_arrow", "truncated_arrow", "garbage_json", "torn_pair", "missing"])
