@@ -43,9 +43,14 @@ COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "by
 
 @functools.lru_cache(maxsize=1)
 def _code_stamp() -> str:
-    """Digest of the loaders' source: an upgraded loader never serves an old build."""
+    """Digest of the loaders' source (every subpackage) and of this module: an upgraded loader never serves
+    an old build. (Since the cache moved to store/, it had digested store/ alone: a loader fix kept old entries.)"""
+    from gaplens import loaders
+
     digest = hashlib.sha256()
-    for source in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    root = Path(loaders.__file__).resolve().parent
+    for source in [*sorted(root.rglob("*.py")), Path(__file__).resolve()]:
+        digest.update(str(source.relative_to(source.parents[1])).encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -228,3 +228,25 @@ def test_a_file_planted_at_the_unpack_name_is_never_read(tmp_path, monkeypatch):
     before = os.stat(name).st_mtime_ns
     load(gz, use_cache=False)
     assert os.stat(name).st_mtime_ns == before
+
+
+def test_the_code_stamp_covers_every_loader_file(tmp_path, monkeypatch):
+    """A loader fix (any subpackage) must retire entries built by the old code."""
+    from gaplens import loaders
+
+    root = Path(loaders.__file__).resolve().parent
+    deep = sorted(root.rglob("*.py"), key=lambda p: -len(p.parts))[0]
+    assert deep.parent != root  # a subpackage's module: kineto/, nsys/ ...
+    before = cache._code_stamp()
+    real = Path.read_bytes
+
+    def edited(self: Path) -> bytes:
+        return real(self) + (b"\n# edited" if self.resolve() == deep else b"")
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    cache._code_stamp.cache_clear()
+    try:
+        assert cache._code_stamp() != before
+    finally:
+        monkeypatch.undo()
+        cache._code_stamp.cache_clear()

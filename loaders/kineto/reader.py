@@ -237,7 +237,10 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     if progress is not None:
         progress("building", 0.0)
     heap.trim()  # the parse threads' buffers, before the build
-    return _build(ctx, kept, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
+    trace = _build(ctx, kept, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
+    if damage and "gpu" in trace.meta.lacks:
+        trace.meta.warnings.append(GPU_CUT_OFF)  # "GPU window 630 ms" beside 0 kernels read as an idle GPU
+    return trace
 
 
 def _read_all(
@@ -345,6 +348,15 @@ def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs)
     }
     del start, end, kind
     return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols, repairs)
+
+
+#: Said when a cut file kept no GPU work: Kineto writes the host's events before the device's, so a
+#: truncated file loses the GPU side first, and its window and busy share say nothing about the device.
+GPU_CUT_OFF = (
+    "the GPU side was cut off: the file ends before its first kernel, copy or memset (Kineto writes the "
+    "host's events first), so this reads the host side only; the GPU window and busy share say nothing "
+    "about the device"
+)
 
 
 def _lacks(kind: np.ndarray) -> list[str]:
