@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import os
 import re
 from collections.abc import Iterator
 
@@ -34,6 +35,7 @@ import pyarrow.compute as pc
 
 from gaplens.loaders.model import Kind, LaneKind, Trace
 from gaplens.loaders.syncs import parse_wait
+from gaplens.loaders.text import clean_text
 
 #: Kineto category of each event kind; None: no Kineto category (written as an instant or a generic slice).
 CATEGORY = {
@@ -69,8 +71,10 @@ def chrome_trace(trace: Trace) -> bytes:
         "schemaVersion": 1,
         "displayTimeUnit": "ns",
         "baseTimeNanoseconds": trace.meta.origin_ns,
-        "traceName": trace.meta.path,
-        "gaplensSource": f"{trace.meta.source_format} {trace.meta.source_version}".strip(),
+        # the file's name only (a full path tells the reader of a shared file about the writer's disk), cleaned as
+        # terminal output is: a path can carry bidi overrides and C1 controls like any trace text
+        "traceName": clean_text(os.path.basename(trace.meta.path)),
+        "gaplensSource": clean_text(f"{trace.meta.source_format} {trace.meta.source_version}".strip()),
         "deviceProperties": [{**d.properties, "id": d.id, "name": d.name} for d in trace.meta.devices],
     }
     head = orjson.dumps(top, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -114,3 +114,21 @@ def test_compare_and_export_survive_steps_without_gpu_work(tmp_path, steps, caps
     assert main(["export", str(path), "--perfetto", str(tmp_path / "out.json"), "--csv", str(tmp_path / "csv")]) == 0
     err = capsys.readouterr().err
     assert "internal error" not in err and "Traceback" not in err
+
+
+# ---- the Perfetto export's traceName (issue 31, reliability) ---------------------------------------
+
+
+def test_perfetto_trace_name_is_the_cleaned_file_name(tmp_path, capsys):
+    import orjson
+
+    folder = tmp_path / "home" / "someone" / "secret project"
+    folder.mkdir(parents=True)
+    hostile = folder / "run\u202egz.json\u009b31m\x1b[2Jx.json.gz"  # a bidi override, an 8-bit CSI, a screen clear
+    hostile.write_bytes(sample("smells.json.gz").read_bytes())
+    out = tmp_path / "out.json"
+    assert main(["export", str(hostile), "--perfetto", str(out)]) == 0
+    capsys.readouterr()
+    top = orjson.loads(out.read_bytes())
+    assert top["traceName"] == "rungz.jsonx.json.gz"  # the CSI sequences go whole, parameters too
+    assert "someone" not in out.read_text(encoding="utf-8")  # the folders stay on the writer's disk
