@@ -250,3 +250,67 @@ def test_the_code_stamp_covers_every_loader_file(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         cache._code_stamp.cache_clear()
+
+
+def _rewrite_info(base: str, change) -> None:
+    """Change the entry's JSON and recompute its checksum line, as a buggy writer (not a flipped bit) would."""
+    import orjson
+
+    from gaplens.loaders.files import checksum
+
+    info_path = Path(base + ".json")
+    head, _, body = info_path.read_bytes().partition(b"\n")
+    sums, info = orjson.loads(head), orjson.loads(body)
+    change(info)
+    body = orjson.dumps(info)
+    sums["info_crc"] = checksum(body)
+    info_path.write_bytes(orjson.dumps(sums) + b"\n" + body)
+
+
+def _rewrite_column(base: str, column: str, change) -> None:
+    """Change one Arrow column and rewrite the file with checksums that agree."""
+    import orjson
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    from gaplens.loaders.files import checksum
+
+    arrow = Path(base + ".arrow")
+    table = ipc.open_file(pa.BufferReader(arrow.read_bytes())).read_all()
+    values = table.column(column).to_numpy().copy()
+    change(values)
+    table = table.set_column(table.column_names.index(column), column, pa.array(values))
+    sums: dict = {}
+    with arrow.open("wb") as fh:
+        cache._write_ipc(fh, table, sums)
+    info_path = Path(base + ".json")
+    head, _, body = info_path.read_bytes().partition(b"\n")
+    info_path.write_bytes(orjson.dumps({**orjson.loads(head), **sums, "info_crc": checksum(body)}) + b"\n" + body)
+
+
+INCONSISTENT = {
+    "names emptied": lambda b: _rewrite_info(b, lambda i: i.__setitem__("names", [])),
+    "details emptied": lambda b: _rewrite_info(b, lambda i: i.__setitem__("details", [])),
+    "lanes emptied": lambda b: _rewrite_info(b, lambda i: i.__setitem__("lanes", [])),
+    "lanes cut": lambda b: _rewrite_info(b, lambda i: i.__setitem__("lanes", i["lanes"][:1])),
+    "a name id past the names": lambda b: _rewrite_column(b, "name_id", lambda v: v.__setitem__(-1, 10**6)),
+    "a launch past the events": lambda b: _rewrite_column(b, "launch", lambda v: v.__setitem__(-1, 10**7)),
+    "an unknown kind": lambda b: _rewrite_column(b, "kind", lambda v: v.__setitem__(0, 99)),
+    "events out of order": lambda b: _rewrite_column(b, "start_ns", lambda v: v.__setitem__(slice(0, 2), v[1::-1])),
+}
+
+
+@pytest.mark.parametrize("damage", list(INCONSISTENT), ids=list(INCONSISTENT))
+def test_an_inconsistent_entry_with_good_checksums_is_rebuilt(trace_file, damage):
+    """Issue 31: checksums agreed, names/lanes/details were emptied, and every reading ended in an internal error."""
+    from gaplens.analysis.gaps import analyse_gaps
+
+    fresh = load(trace_file)
+    INCONSISTENT[damage](_entry(trace_file))
+    hit, warning = cache.lookup_checked(str(trace_file))
+    assert hit is None and "was inconsistent" in warning and "read from the trace again" in warning
+    again = load(trace_file)
+    assert "was inconsistent" in again.meta.warnings.pop()
+    _same(fresh, again)
+    analyse_gaps(again)
+    assert cache.lookup_checked(str(trace_file))[1] == ""  # rebuilt: the next open is a clean hit
