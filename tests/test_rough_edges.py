@@ -132,3 +132,64 @@ def test_perfetto_trace_name_is_the_cleaned_file_name(tmp_path, capsys):
     top = orjson.loads(out.read_bytes())
     assert top["traceName"] == "rungz.jsonx.json.gz"  # the CSI sequences go whole, parameters too
     assert "someone" not in out.read_text(encoding="utf-8")  # the folders stay on the writer's disk
+
+
+# ---- export memory is bounded by the events, not by name length x uses (issue 31, reliability) -----
+
+
+@pytest.fixture(scope="module")
+def long_name_export(tmp_path_factory):
+    """The 1 MiB x 1,296 nsys export shrunk: one 64 KiB kernel name used by every one of 200 kernels."""
+    import sqlite3
+
+    from bench.nsys_synth import make_export
+
+    path = tmp_path_factory.mktemp("long") / "long.sqlite"
+    make_export(path, kernels=200)
+    con = sqlite3.connect(path)
+    big = "void very_long<" + "A" * (64 << 10) + ">()"
+    first = "(SELECT min({0}) FROM CUPTI_ACTIVITY_KIND_KERNEL)"
+    for col in ("demangledName", "shortName"):
+        con.execute(f"UPDATE StringIds SET value = ? WHERE id = {first.format(col)}", (big,))
+    con.execute(
+        f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = {first.format('demangledName')}, "
+        f"shortName = {first.format('shortName')}"
+    )
+    con.commit()
+    con.close()
+    return path, big
+
+
+def test_perfetto_export_cuts_long_names_and_writes_each_once(long_name_export, tmp_path, capsys):
+    import orjson
+
+    from gaplens.store.perfetto import NAME_LIMIT
+
+    path, big = long_name_export
+    out = tmp_path / "out.json"
+    assert main(["export", str(path), "--perfetto", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "1 name longer than 1,024 characters" in err and "200 events" in err
+    data = out.read_bytes()
+    # Was 200 x 64 KiB = 13 MB of repeated name; now the name once plus each event's head of it.
+    assert len(data) < len(big) + 400 * (NAME_LIMIT + 600)
+    assert data.count(big.encode()) == 1
+    events = orjson.loads(data)["traceEvents"]
+    assert max(len(e.get("name", "")) for e in events) < NAME_LIMIT + 64
+    assert [e["args"]["full_name"] for e in events if "full_name" in e.get("args", {})] == [big]
+
+
+def test_csv_export_keeps_names_as_a_table(long_name_export, tmp_path, capsys):
+    import pyarrow.csv as pcsv
+
+    path, big = long_name_export
+    folder = tmp_path / "csv"
+    assert main(["export", str(path), "--csv", str(folder)]) == 0
+    assert "names.csv / details.csv" in capsys.readouterr().err
+    assert (folder / "events.csv").stat().st_size < 2_000_000  # was ~26 MB: the name and details per event
+    events = pcsv.read_csv(folder / "events.csv").to_pydict()
+    names = pcsv.read_csv(folder / "names.csv").to_pydict()
+    whole = dict(zip(names["name_id"], names["name"], strict=True))
+    assert whole[events["name_id"][events["name"].index(next(n for n in events["name"] if "very_long" in n))]] == big
+    details = pcsv.read_csv(folder / "details.csv").to_pydict()
+    assert any(big in d for d in details["details"] if d)
