@@ -14,6 +14,9 @@ Every reading is the one the single-trace commands print (DESIGN.md):
 
 ``gate`` evaluates ``--fail-on`` conditions (``step>+5%``, ``compute<-10%``, ``gap>+20%``,
 ``kernel:GLOB>+10%``): each is a relative change AFTER vs BEFORE held against a signed threshold.
+Gates read the steady steps only: a warm-up step (a first step's module loading, an allocator growing)
+is set apart from every metric, so ``gap`` is the largest eligible blank region outside the warm-up
+steps and ``compute`` the compute share of the steady steps' spans.
 When the traces differ in shape (another step count, another number of kernels per step) the
 comparison says so: it may compare unlike things.
 """
@@ -26,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import compute_busy
+from gaplens.analysis.busy import compute_busy, device_splits
 from gaplens.analysis.gaps import CAUSES, NOT_WORK, gap_columns, the_gap
 from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
@@ -95,11 +98,16 @@ class Reading:
     phases: dict[str, PhaseStat] = field(default_factory=dict)
     kernel_ns: dict[str, int] = field(default_factory=dict)  # per kernel name (for the gate; not in JSON)
     kernel_scope_steps: int = 0  # steady steps the kernel times were summed over (0: whole trace)
+    # What the gate reads (not in JSON): the steady steps' largest blank region and compute share;
+    # without warm-up steps (or without steps) they are THE gap and the window's compute share.
+    gate_gap_ns: int = 0
+    gate_compute_pct: float = 0.0
+    gate_scope: str = "window"  # "steady steps" when warm-up steps were set apart
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d.pop("kernel_ns")
-        d.pop("kernel_scope_steps")
+        for key in ("kernel_ns", "kernel_scope_steps", "gate_gap_ns", "gate_compute_pct", "gate_scope"):
+            d.pop(key)
         d["phases"] = [{**asdict(p), "busy_pct": p.busy_pct, "blank_ns": p.blank_ns} for p in self.phases.values()]
         return d
 
@@ -169,13 +177,21 @@ def read(trace: Trace) -> Reading:
     gpu = s["gpu"]
     window = max(w1 - w0, 0)
     compute_ns = int(gpu.get("compute_ns", gpu["busy_ns"]))
+    compute_pct = round(100.0 * compute_ns / window, 2) if window else 0.0
+    gate_gap: int = gap.dur_ns if gap is not None else 0
+    gate_compute, gate_scope = compute_pct, "window"
+    if st and st.warmup_idx and steady:
+        # gates judge the steady state: a warm-up step's gap is no regression (issue 31: "1.14 ms in step 3")
+        hulls = [_hull(st.host_spans[k], st.spans[k]) for k in st.warmup_idx]
+        gate_gap, gate_compute = _outside_longest(gs, ge, hulls), _compute_pct_in(trace, steady)
+        gate_scope = "steady steps"
     return Reading(
         path=s["source"]["path"],
         window_ns=window,
         busy_ns=gpu["busy_ns"],
         busy_pct=round(float(gpu["busy_pct"]), 2),
         compute_ns=compute_ns,
-        compute_pct=round(100.0 * compute_ns / window, 2) if window else 0.0,
+        compute_pct=compute_pct,
         kernels=s["kernels"]["count"],
         copies=s["memcpy"]["count"],
         copy_bytes=s["memcpy"]["bytes"],
@@ -189,7 +205,34 @@ def read(trace: Trace) -> Reading:
         phases=stats,
         kernel_ns=_kernel_ns(trace, kern),
         kernel_scope_steps=len(steady),
+        gate_gap_ns=gate_gap,
+        gate_compute_pct=gate_compute,
+        gate_scope=gate_scope,
     )
+
+
+def _hull(host: tuple[int, int], gpu: tuple[int, int]) -> tuple[int, int]:
+    """A step's whole extent: its host range and its GPU span (the work it queued may run after the host left)."""
+    return min(host[0], gpu[0]), max(host[1], gpu[1])
+
+
+def _outside_longest(gs: np.ndarray, ge: np.ndarray, spans: list[tuple[int, int]]) -> int:
+    """The longest of the blank regions [gs, ge) once the parts inside ``spans`` (disjoint) are taken off."""
+    if gs.size == 0:
+        return 0
+    left = (ge - gs).astype(np.int64)
+    for a, z in spans:
+        left -= np.clip(np.minimum(ge, z) - np.maximum(gs, a), 0, None)
+    return int(max(0, left.max()))
+
+
+def _compute_pct_in(trace: Trace, spans: list[tuple[int, int]]) -> float:
+    """Compute time inside the spans over their summed length, all devices summed (as the window's share is)."""
+    length = sum(max(0, z - a) for a, z in spans)
+    if length <= 0:
+        return 0.0
+    busy = sum(split.compute.busy_in(a, z) for split in device_splits(trace).values() for a, z in spans)
+    return round(100.0 * busy / length, 2)
 
 
 def _largest_clipped(gs: np.ndarray, ge: np.ndarray, t0: int, t1: int) -> int:
@@ -479,9 +522,9 @@ def _metric(c: Condition, rb: Reading, ra: Reading) -> tuple[float | None, float
             return None, None, "ns", f"the steps differ: {rb.steps['label']} vs {ra.steps['label']}"
         return rb.steps["median_ns"], ra.steps["median_ns"], "ns", ""
     if c.metric == "compute":
-        return rb.compute_pct, ra.compute_pct, "%", ""
+        return rb.gate_compute_pct, ra.gate_compute_pct, "%", ""
     if c.metric == "gap":
-        return (rb.gap["dur_ns"] if rb.gap else 0), (ra.gap["dur_ns"] if ra.gap else 0), "ns", ""
+        return rb.gate_gap_ns, ra.gate_gap_ns, "ns", ""
     per_step = rb.kernel_scope_steps > 0 and ra.kernel_scope_steps > 0 and _same_steps(rb, ra)
 
     def total(r: Reading) -> float:
@@ -508,6 +551,8 @@ def gate(conditions: list[Condition], rb: Reading, ra: Reading) -> dict:
             "change_pct": None,
             "holds": None,
             "reason": why or None,
+            # what the numbers cover: the steady steps when either trace set warm-up steps apart
+            "scope": "steady steps" if "steady steps" in (rb.gate_scope, ra.gate_scope) else "window",
         }
         if before is not None and after is not None:
             if before:

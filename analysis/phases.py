@@ -95,6 +95,31 @@ class Phase:
         return self.end_ns - self.start_ns
 
 
+#: Phase's integer fields, in order, as ``PhaseList`` keeps them in columns.
+_INT_FIELDS = ("host_start_ns", "host_end_ns", "start_ns", "end_ns", "depth", "event", "pid", "lane")
+
+
+class PhaseList(list):
+    """``phases``' list, pickled as columns (kept readings): a framework's NVTX range per layer per step is
+    100k phases, and pickling them one object at a time cost ~2.4M calls of the keeper's allowlist check."""
+
+    _span_cols: tuple[np.ndarray, ...] | None = None  # ``_span_columns``, built on first use
+
+    def __reduce__(self):
+        ints = np.asarray([[getattr(p, f) for f in _INT_FIELDS] for p in self], np.int64).reshape(-1, len(_INT_FIELDS))
+        device = np.asarray([-1 if p.device is None else p.device for p in self], np.int64)
+        return PhaseList, (), ([p.name for p in self], ints, device)
+
+    def __setstate__(self, state: tuple[list[str], np.ndarray, np.ndarray]) -> None:
+        names, ints, device = state
+        cols = [c.tolist() for c in ints.T] if ints.size else [[] for _ in _INT_FIELDS]
+        devs = [None if d < 0 else d for d in device.tolist()]
+        self[:] = [
+            Phase(n, hs, he, s, e, d, ev, pid, dev, ln)
+            for n, hs, he, s, e, d, ev, pid, ln, dev in zip(names, *cols, devs, strict=True)
+        ]
+
+
 class MarkerClock:
     """M(t) per stream: when a marker enqueued on the host at t would run on that stream.
 
@@ -134,27 +159,47 @@ class MarkerClock:
 
     def stream_for(self, pid: int, t0: int, t1: int) -> tuple[int, int]:
         """(lane, ops) of the lane that ran most ops ``pid`` queued during [t0, t1); (busiest lane, 0) if none."""
-        best, best_count, busiest, busiest_ns = -1, 0, -1, -1.0
+        lane, count = self.stream_for_each(np.asarray([pid]), np.asarray([t0]), np.asarray([t1]))
+        return int(lane[0]), int(count[0])
+
+    def stream_for_each(self, pid: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``stream_for`` of many ranges: one pass per (process, stream) group, vectorised over the ranges
+        (an NVTX range per layer per step is 100k ranges; asking one at a time took seconds)."""
+        pid = np.asarray(pid, np.int64)
+        best = np.full(pid.size, -1, np.int64)
+        best_count = np.zeros(pid.size, np.int64)
+        busiest: dict[int, tuple[int, float]] = {}  # pid -> (lane, busy ns): the first busiest group wins ties
         for k, h in enumerate(self._heads.tolist()):
-            if self._pid[h] != pid:
+            p, lane = int(self._pid[h]), int(self._lane[h])
+            if self._group_busy[k] > busiest.get(p, (-1, -1.0))[1]:
+                busiest[p] = (lane, float(self._group_busy[k]))
+            m = np.flatnonzero(pid == p)
+            if m.size == 0:
                 continue
-            lo, hi = int(self._group_bounds[k]), int(self._group_bounds[k + 1])
-            seg = self._queued[lo:hi]
-            count = int(np.searchsorted(seg, t1, "left") - np.searchsorted(seg, t0, "left"))
-            lane = int(self._lane[h])
-            if count > best_count:
-                best, best_count = lane, count
-            if self._group_busy[k] > busiest_ns:
-                busiest, busiest_ns = lane, float(self._group_busy[k])
-        return (best, best_count) if best_count else (busiest, 0)
+            seg = self._queued[int(self._group_bounds[k]) : int(self._group_bounds[k + 1])]
+            count = np.searchsorted(seg, t1[m], "left") - np.searchsorted(seg, t0[m], "left")
+            more = count > best_count[m]  # strictly more: the first group with the most wins, as before
+            best[m[more]], best_count[m[more]] = lane, count[more]
+        fallback = np.asarray([busiest.get(int(p), (-1, 0.0))[0] for p in pid.tolist()], np.int64)
+        return np.where(best_count > 0, best, fallback), best_count
 
     def at(self, lane: int, t: int) -> int:
-        hit = np.flatnonzero(self.lanes == lane)
-        if hit.size == 0:
-            return t
-        lo, hi = int(self.bounds[hit[0]]), int(self.bounds[hit[0] + 1])
-        k = lo + int(np.searchsorted(self.queued[lo:hi], t, "left"))  # work queued at t is not yet done at t
-        return max(t, int(self.reach[k - 1])) if k > lo else t
+        return int(self.at_each(np.asarray([lane]), np.asarray([t]))[0])
+
+    def at_each(self, lane: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """M(t) on each lane: one binary search per distinct lane, vectorised over the times."""
+        t = np.asarray(t, np.int64)
+        out = t.copy()
+        for ln in np.unique(lane).tolist():
+            hit = np.flatnonzero(self.lanes == ln)
+            if hit.size == 0:
+                continue
+            m = np.flatnonzero(lane == ln)
+            lo, hi = int(self.bounds[hit[0]]), int(self.bounds[hit[0] + 1])
+            k = lo + np.searchsorted(self.queued[lo:hi], t[m], "left")  # work queued at t is not yet done at t
+            done = k > lo
+            out[m[done]] = np.maximum(t[m[done]], self.reach[k[done] - 1])
+        return out
 
 
 def _waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -243,14 +288,26 @@ def phases(trace: Trace) -> list[Phase]:
     used = np.unique(trace.name_id[idx])
     library[used] = [is_library_range(trace.names[int(i)]) for i in used.tolist()]
     idx = idx[~library[trace.name_id[idx]]]
-    out = []
-    for i in idx[np.argsort(trace.start_ns[idx], kind="stable")].tolist():
-        ln = trace.lanes[int(trace.lane[i])]
-        s, e = int(trace.start_ns[i]), int(trace.end_ns[i])
-        start, end, lane, device = marker_span(trace, ln.pid, s, e)
-        name = trace.names[int(trace.name_id[i])]
-        out.append(Phase(name, s, e, start, end, int(trace.depth[i]), i, ln.pid, device, lane))
-    return out
+    idx = idx[np.argsort(trace.start_ns[idx], kind="stable")]
+    # marker_span for every range at once (the same rule, vectorised)
+    pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)[trace.lane[idx]]
+    s, e = trace.start_ns[idx], trace.end_ns[idx]
+    clock = marker_clock(trace)
+    lane, n_ops = clock.stream_for_each(pid, s, e)
+    start, end = clock.at_each(lane, s), clock.at_each(lane, e)
+    lane_device = np.asarray([ln.device for ln in trace.lanes] or [-1], np.int64)
+    has = (n_ops > 0) & (lane >= 0)
+    device = [
+        int(d) if h else None for d, h in zip(lane_device[np.maximum(lane, 0)].tolist(), has.tolist(), strict=True)
+    ]
+    names = trace.names
+    return PhaseList(
+        Phase(names[n], a, b, m0, m1, d, i, p, dev, ln)
+        for n, a, b, m0, m1, d, i, p, dev, ln in zip(
+            trace.name_id[idx].tolist(), s.tolist(), e.tolist(), start.tolist(), end.tolist(),
+            trace.depth[idx].tolist(), idx.tolist(), pid.tolist(), device, lane.tolist(), strict=True,
+        )
+    )  # fmt: skip
 
 
 def phase_busy_pct(trace: Trace, phase: Phase) -> float:
@@ -302,8 +359,16 @@ _LOOKUP_BLOCK = 1 << 22
 
 
 def _span_columns(found: list[Phase]) -> tuple[np.ndarray, ...]:
+    """(start, end, host start, host end, depth) columns; a ``PhaseList`` builds them once (the smells and the
+    regions ask about the same 100k phases ~20 times: 0.8 s of per-phase tuples each cold open)."""
+    cached = getattr(found, "_span_cols", None)
+    if cached is not None and cached[0].size == len(found):
+        return cached
     cols = np.asarray([(p.start_ns, p.end_ns, p.host_start_ns, p.host_end_ns, p.depth) for p in found], np.int64)
-    return tuple(cols.reshape(-1, 5).T)
+    out = tuple(cols.reshape(-1, 5).T)
+    if isinstance(found, PhaseList):
+        found._span_cols = out
+    return out
 
 
 def _blocks(n_queries: int, n_phases: int) -> Iterator[slice]:

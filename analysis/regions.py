@@ -26,7 +26,7 @@ import numpy as np
 
 from gaplens.analysis.busy import BusySpans, busy_share, device_splits, gpu_window, gpu_work, pct
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.phases import phases
+from gaplens.analysis.phases import PhaseList, phases
 from gaplens.analysis.steps import PROFILER_STEP as _PROFILER_STEP  # the one step marker rule
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
@@ -139,11 +139,11 @@ def asked_spans(trace: Trace, device: int) -> BusySpans | None:
 
 @per_trace
 def _phases_by_device(trace: Trace) -> dict[int, list]:
-    out = {}
+    out: dict[int, list] = {}
     found = phases(trace)
     for d in trace.meta.devices:
         pids = {p for p, _ in launching_threads(trace, d.id)}
-        out[d.id] = [p for p in found if p.pid in pids] if pids else list(found)
+        out[d.id] = PhaseList(p for p in found if p.pid in pids) if pids else PhaseList(found)
     return out
 
 

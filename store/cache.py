@@ -1,9 +1,12 @@
 """A cache of built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once.
 
 Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
-``~/.cache/gaplens``; one entry per absolute trace path, valid while the file's size
-and mtime_ns (and the loaders' code) are unchanged. Writes are atomic (``files.atomic_write``) and a
-token shared by the two files catches a pair torn by concurrent writers. Every entry carries
+``~/.cache/gaplens``; one entry per trace *content* (``content_id``: the size, both ends and
+16 blocks sampled between them), so a trace copied or moved to another path is the same entry,
+valid while the loaders' code is unchanged. A small file per path remembers the content id it
+had at a size, mtime and inode, so an unchanged file is looked up without reading it. Writes are
+atomic (``files.atomic_write``) and a token shared by the two files catches a pair torn by
+concurrent writers (two paths of one content may write one entry at once). Every entry carries
 checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
 caller rebuilds, with a warning, never different readings. Entries are never read or written
 through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
@@ -26,36 +29,95 @@ import pyarrow.ipc as ipc
 
 from gaplens.loaders.columns import numpy_dtype, view
 from gaplens.loaders.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
-from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, running_max_per_row
+from gaplens.loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace, running_max_per_row
 
-VERSION = 2  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+VERSION = 3  # bump when the entry layout changes; loader code changes are caught by _code_stamp
+#: Bytes hashed at each end of the file, and the blocks sampled evenly between them: a content id read
+#: in a few milliseconds whatever the trace's size (about 3 MiB), that still changes when an edit
+#: changes the size, either end or a sampled block. Notes use the two ends alone (store.notes).
+ID_END_BYTES = 1 << 20
+ID_SAMPLE_BYTES = 64 << 10
+ID_SAMPLES = 16
 COLUMNS = ("lane", "depth", "start_ns", "end_ns", "name_id", "kind", "corr", "bytes", "detail_id", "launch")
 
 
 @functools.lru_cache(maxsize=1)
 def _code_stamp() -> str:
-    """Digest of the loaders' source: an upgraded loader never serves an old build."""
-    digest = hashlib.sha256()
-    import gaplens.loaders
+    """Digest of the loaders' source (every subpackage) and of this module: an upgraded loader never serves
+    an old build. (Since the cache moved to store/, it had digested store/ alone: a loader fix kept old entries.)"""
+    from gaplens import loaders
 
-    for source in sorted(Path(gaplens.loaders.__file__).resolve().parent.rglob("*.py")):
+    digest = hashlib.sha256()
+    root = Path(loaders.__file__).resolve().parent
+    for source in [*sorted(root.rglob("*.py")), Path(__file__).resolve()]:
+        digest.update(str(source.relative_to(source.parents[1])).encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _entry(path: str) -> tuple[Path, dict]:
-    """Base path of the entry for a trace file, and the stamp that keeps it valid."""
+def content_id(path: str | os.PathLike) -> str:
+    """The trace's content identity: its size and a hash of both ends and of ``ID_SAMPLES`` blocks between."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        h = hashlib.blake2b(digest_size=16)
+        h.update(str(size).encode())
+        h.update(fh.read(ID_END_BYTES))
+        if size > 2 * ID_END_BYTES:
+            inner = size - 2 * ID_END_BYTES
+            for k in range(ID_SAMPLES):
+                fh.seek(ID_END_BYTES + inner * k // ID_SAMPLES)
+                h.update(fh.read(ID_SAMPLE_BYTES))
+        if size > ID_END_BYTES:
+            fh.seek(max(ID_END_BYTES, size - ID_END_BYTES))
+            h.update(fh.read(ID_END_BYTES))
+    return f"{size}:{h.hexdigest()}"
+
+
+def _path_file(absolute: str) -> Path:
+    return (
+        cache_dir() / "traces" / "paths" / hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    )
+
+
+def _seen(absolute: str, st: os.stat_result) -> dict:
+    return {"path": absolute, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def _known_id(absolute: str, st: os.stat_result) -> str | None:
+    """The content id remembered for this path while it keeps its size, mtime and inode (else None)."""
+    try:
+        got = orjson.loads(read_own(_path_file(absolute)))
+        want = _seen(absolute, st)
+        if isinstance(got, dict) and all(got.get(k) == v for k, v in want.items()) and isinstance(got.get("id"), str):
+            return got["id"]
+    except Exception:  # absent, torn, a symlink: read the file's ends instead
+        pass
+    return None
+
+
+def _note_id(absolute: str, st: os.stat_result, cid: str) -> None:
+    """Remember ``cid`` for this path (best effort: a failure costs the next lookup one content read)."""
+    try:
+        folder = own_dir(_path_file(absolute).parent, create=True)
+        if folder is not None:
+            atomic_write(_path_file(absolute), orjson.dumps({**_seen(absolute, st), "id": cid}))
+    except Exception:
+        pass
+
+
+def _entry(path: str) -> tuple[Path, dict, tuple[str, os.stat_result, str] | None]:
+    """Base path of the entry for a trace file, the stamp that keeps it valid, and (path, stat, id) to
+    remember when the id was read from the file rather than from the path's own record."""
     absolute = os.path.abspath(path)
     st = os.stat(absolute)
-    stamp = {
-        "version": VERSION,
-        "code": _code_stamp(),
-        "path": absolute,
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-    }
-    digest = hashlib.sha256(absolute.encode("utf-8", "surrogateescape")).hexdigest()[:32]
-    return cache_dir() / "traces" / digest, stamp
+    cid = _known_id(absolute, st)
+    fresh = None
+    if cid is None:
+        cid = content_id(absolute)
+        fresh = (absolute, st, cid)
+    stamp = {"version": VERSION, "code": _code_stamp(), "id": cid}
+    digest = hashlib.sha256(cid.encode()).hexdigest()[:32]
+    return cache_dir() / "traces" / digest, stamp, fresh
 
 
 def lookup(path: str) -> Trace | None:
@@ -71,7 +133,7 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
     rebuilds the entry), never different readings. Nothing is read through a symlink.
     """
     try:
-        base, stamp = _entry(path)
+        base, stamp, fresh = _entry(path)
         if own_dir(base.parent, create=False) is None:
             return None, ""
         raw = read_own(base.with_suffix(".json"))
@@ -95,8 +157,17 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
         table = ipc.open_file(pa.BufferReader(pa.py_buffer(mapped))).read_all()
         if (table.schema.metadata or {}).get(b"token", b"").decode() != info.get("token"):
             return None, ""
-        trace = _trace(table, info)
+        # the checksums prove the bytes, not the entry: one written wrong is rebuilt too (issue 31)
+        wrong = _bad_lists(table, info)
+        if not wrong:
+            trace = _trace(table, info)
+            wrong = _bad_columns(trace)
+        if wrong:
+            return None, f"the cached copy of {path} was inconsistent ({wrong}): read from the trace again"
+        trace.meta.path = path  # the entry may have been built from a copy at another path
         _remember(trace, base, info["token"])
+        if fresh is not None:
+            _note_id(*fresh)
         return trace, ""
     except Exception:  # whatever the damage, a miss
         return None, damaged
@@ -105,7 +176,7 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
 def store(path: str, trace: Trace) -> bool:
     """Save ``trace`` as the entry of ``path``; False (and nothing written) when that fails."""
     try:
-        base, stamp = _entry(path)
+        base, stamp, fresh = _entry(path)
         if own_dir(base.parent, create=True) is None:
             return False
         token = secrets.token_hex(8)
@@ -117,6 +188,8 @@ def store(path: str, trace: Trace) -> bool:
         sums["info_crc"] = checksum(info)
         atomic_write(base.with_suffix(".json"), orjson.dumps(sums) + b"\n" + info)
         _remember(trace, base, token)
+        if fresh is not None:
+            _note_id(*fresh)
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
@@ -203,6 +276,50 @@ def _describe(trace: Trace) -> dict:
         "names": trace.names,
         "details": trace.details,
     }
+
+
+#: The id columns and the list each indexes (an entry's shape check).
+_ID_RANGES = {"lane": "lanes", "name_id": "names", "detail_id": "details"}
+
+
+def _bad_lists(table: pa.Table, info: dict) -> str:
+    """What makes an entry's lists unusable ("" when nothing): checked before the Trace is built."""
+    names, details, lanes = info.get("names"), info.get("details"), info.get("lanes")
+    if not (isinstance(names, list) and isinstance(details, list) and isinstance(lanes, list)):
+        return "names, details or lanes missing"
+    if not all(isinstance(x, str) for x in names) or not all(isinstance(x, str) for x in details):
+        return "a name or detail that is not text"
+    if any(not isinstance(ln, list) or len(ln) != 8 or ln[0] != i for i, ln in enumerate(lanes)):
+        return "lanes out of order or malformed"
+    if list(table.column_names) != list(COLUMNS) or any(not pa.types.is_integer(t) for t in table.schema.types):
+        return "other columns"
+    return ""
+
+
+def _bad_columns(trace: Trace) -> str:
+    """What makes a built Trace's columns unusable ("" when nothing): an id outside its list, an unknown kind,
+    a launch outside the events, events out of the (lane, depth, start) order the window queries rely on.
+    Vectorised over the Trace's own arrays (no copy): ~3 ms at 1.19M events."""
+    n = len(trace)
+    if n == 0:
+        return ""
+    counts = {"lanes": len(trace.lanes), "names": len(trace.names), "details": len(trace.details)}
+    for column, of in _ID_RANGES.items():
+        ids = getattr(trace, column)
+        if int(ids.min()) < 0 or int(ids.max()) >= counts[of]:
+            return f"{column} outside the {counts[of]} {of}"
+    if int(trace.kind.min()) < 0 or int(trace.kind.max()) > max(Kind):
+        return "an unknown event kind"
+    if int(trace.launch.min()) < -1 or int(trace.launch.max()) >= n:
+        return "a launch outside the events"
+    if int(trace.depth.min()) < 0 or bool((trace.end_ns < trace.start_ns).any()):
+        return "a negative depth or an event that ends before it starts"
+    rows = trace.row_lane.astype(np.int64) * 65536 + trace.row_depth.astype(np.int64)
+    back = np.diff(trace.start_ns) < 0
+    back[trace.row_offsets[1:-1] - 1] = False  # a new row may start earlier
+    if bool((np.diff(rows) <= 0).any()) or bool(back.any()):
+        return "events out of order"
+    return ""
 
 
 def _column(chunked: pa.ChunkedArray) -> np.ndarray:

@@ -14,6 +14,11 @@ Those slices are written as ``cpu_op`` so that every Kineto reader keeps them as
 (an unknown category would be dropped); they sit in their own process, so no reading of
 the trace's own threads changes when the file is read back.
 
+Memory is bounded by the events, not by name length × uses: the events are turned into text
+``CHUNK_EVENTS`` at a time and written as they come, and each event carries at most
+``NAME_LIMIT`` characters of its name; a name that was cut is written whole once, as an
+instant on the gaplens row ``cut names (full text)``, and the export says in one line what it cut.
+
 Times: ``ts``/``dur`` in µs with three decimals (exact ns), relative to ``origin_ns``,
 which is written as ``baseTimeNanoseconds``. Correlation ids are renumbered (an API call's
 id is its event number + 1) so launches stay linked even where the source repeated ids
@@ -24,8 +29,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import io
+import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import orjson
@@ -34,6 +43,7 @@ import pyarrow.compute as pc
 
 from gaplens.loaders.model import Kind, LaneKind, Trace
 from gaplens.loaders.syncs import parse_wait
+from gaplens.loaders.text import clean_text
 
 #: Kineto category of each event kind; None: no Kineto category (written as an instant or a generic slice).
 CATEGORY = {
@@ -56,6 +66,35 @@ CATEGORY = {
     Kind.GRAPH: "kernel",  # a whole CUDA-graph launch drawn as one box: GPU work either way
 }
 GAPLENS_CATEGORY = "cpu_op"
+#: Characters of a name each exported event carries. Demangled C++ kernel names run to tens of KB, and one
+#: nsys export used a 1 MiB name for 1,296 kernels: 1.27 GiB of JSON and a 6.9 GB peak. A slice title shows
+#: far less than 1 KiB (the namespace, the function and its first template arguments), and the full name is
+#: written once beside the events, so nothing is lost.
+NAME_LIMIT = 1024
+#: Events turned into text per chunk: the text in flight is at most CHUNK_EVENTS x (NAME_LIMIT + ~400 B of
+#: ids, times and args), ~45 MB, whatever the trace's size.
+CHUNK_EVENTS = 32_768
+
+
+def cut_name(name: str) -> str:
+    """``name`` as one exported event carries it: whole up to ``NAME_LIMIT`` characters, else its head and
+    a marker saying how long it was."""
+    return name if len(name) <= NAME_LIMIT else f"{name[:NAME_LIMIT]}… [cut from {len(name):,} characters]"
+
+
+def cut_note(texts: list[str], ids: np.ndarray, what: str) -> str:
+    """What ``cut_name`` cuts of one dictionary column, in words ("" when nothing): "1 name longer than 1,024
+    characters (the longest 1,048,594) cut in the 1,296 events that use it"."""
+    long = [k for k, text in enumerate(texts) if len(text) > NAME_LIMIT]
+    if not long:
+        return ""
+    uses = int(np.isin(ids, np.asarray(long, ids.dtype)).sum())
+    longest = max(len(texts[k]) for k in long)
+    many = len(long) > 1
+    return (
+        f"{len(long):,} {what}{'s' if many else ''} longer than {NAME_LIMIT:,} characters (the longest {longest:,}) "
+        f"cut in the {uses:,} events that use {'them' if many else 'it'}"
+    )
 
 
 def _us(ns: np.ndarray) -> list[float]:
@@ -65,27 +104,73 @@ def _us(ns: np.ndarray) -> list[float]:
 
 def chrome_trace(trace: Trace) -> bytes:
     """The whole file: trace events, gaplens tracks, metadata (one JSON object, UTF-8)."""
+    out = io.BytesIO()
+    write_chrome_trace(trace, out)
+    return out.getvalue()
+
+
+class Sink(Protocol):
+    """Where the file goes: anything with a binary ``write`` (a file, a GzipFile, a BytesIO)."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+def write_chrome_trace(trace: Trace, fh: Sink) -> None:
+    """The whole file, written to ``fh`` a chunk of events at a time (see ``CHUNK_EVENTS``)."""
     top = {
         "schemaVersion": 1,
         "displayTimeUnit": "ns",
         "baseTimeNanoseconds": trace.meta.origin_ns,
-        "traceName": trace.meta.path,
-        "gaplensSource": f"{trace.meta.source_format} {trace.meta.source_version}".strip(),
+        # the file's name only (a full path tells the reader of a shared file about the writer's disk), cleaned as
+        # terminal output is: a path can carry bidi overrides and C1 controls like any trace text
+        "traceName": clean_text(os.path.basename(trace.meta.path)),
+        "gaplensSource": clean_text(f"{trace.meta.source_format} {trace.meta.source_version}".strip()),
         "deviceProperties": [{**d.properties, "id": d.id, "name": d.name} for d in trace.meta.devices],
     }
-    head = orjson.dumps(top, option=orjson.OPT_SERIALIZE_NUMPY)
-    events = ",\n".join(chrome_lines(trace)).encode()
-    return head[:-1] + b',"traceEvents":[\n' + events + b"\n]}\n"
+    fh.write(orjson.dumps(top, option=orjson.OPT_SERIALIZE_NUMPY)[:-1] + b',"traceEvents":[\n')
+    first = True
+    for lines in _line_chunks(trace):
+        if lines:
+            fh.write((("" if first else ",\n") + ",\n".join(lines)).encode())
+            first = False
+    fh.write(b"\n]}\n")
 
 
 def chrome_lines(trace: Trace) -> Iterator[str]:
     """One JSON object per line: metadata, the trace's own events, launch flows, then the gaplens tracks."""
-    for ev in _metadata(trace):
-        yield orjson.dumps(ev).decode()
+    for lines in _line_chunks(trace):
+        yield from lines
+
+
+def _line_chunks(trace: Trace) -> Iterator[list[str]]:
+    """``chrome_lines`` in chunks of at most ``CHUNK_EVENTS`` events' lines."""
+    yield [orjson.dumps(ev).decode() for ev in _metadata(trace)]
     yield from _trace_lines(trace)
-    yield from _flow_lines(trace)
-    for ev in gaplens_tracks(trace, gaplens_pid(trace)):
-        yield orjson.dumps(ev).decode()
+    yield _flow_lines(trace)
+    pid = gaplens_pid(trace)
+    yield [orjson.dumps(ev).decode() for ev in gaplens_tracks(trace, pid)]
+    yield [orjson.dumps(ev).decode() for ev in _full_names(trace, pid)]
+
+
+def _full_names(trace: Trace, pid: int) -> Iterator[dict]:
+    """Each name that events carry cut, written whole once: an instant at its first use, on a row of its own."""
+    long = [k for k, name in enumerate(trace.names) if len(name) > NAME_LIMIT]
+    if not long:
+        return
+    tid = 1 << 30  # after every reading's row (gaplens_tracks numbers them from 1)
+    yield _m("thread_name", pid, tid, name="cut names (full text)")
+    for k in long:
+        first = int(np.argmax(trace.name_id == k))
+        yield {
+            "ph": "i",
+            "s": "t",
+            "cat": GAPLENS_CATEGORY,
+            "name": cut_name(trace.names[k]),
+            "pid": pid,
+            "tid": tid,
+            "ts": int(trace.start_ns[first]) / 1000,
+            "args": {"full_name": trace.names[k], "characters": len(trace.names[k])},
+        }
 
 
 def gaplens_pid(trace: Trace) -> int:
@@ -119,8 +204,9 @@ def _m(what: str, pid: int, tid: int, **args) -> dict:
     return {"ph": "M", "name": what, "pid": int(pid), "tid": int(tid), "args": args}
 
 
-def _trace_lines(trace: Trace) -> list[str]:
-    """The trace's events as JSON lines, built column-wise by Arrow's string kernels (no per-event Python).
+def _trace_lines(trace: Trace) -> Iterator[list[str]]:
+    """The trace's events as JSON lines, built column-wise by Arrow's string kernels (no per-event Python),
+    ``CHUNK_EVENTS`` at a time; names cut to ``NAME_LIMIT`` once per distinct name.
 
     Every optional ``args`` member is a fragment that starts with a comma or is empty; fragments
     are concatenated without nulls (``binary_join_element_wise`` with ``skip`` drops all-null rows
@@ -128,7 +214,7 @@ def _trace_lines(trace: Trace) -> list[str]:
     """
     n = len(trace)
     if n == 0:
-        return []
+        return
     lane_pid, lane_tid = _place(trace)
     lane = trace.lane
     corr = _correlations(trace)
@@ -136,6 +222,45 @@ def _trace_lines(trace: Trace) -> list[str]:
     device = np.asarray([ln.device for ln in trace.lanes], np.int64)[lane]
     stream = np.asarray([ln.stream for ln in trace.lanes], np.int64)[lane]
     kind = trace.kind.astype(np.int64)
+    # Fragments encoded once per distinct name, kind and detail, then gathered per event.
+    names = pa.array([orjson.dumps(cut_name(name)).decode() for name in trace.names], pa.string())
+    heads = [f'{{"ph":"X","cat":"{CATEGORY.get(k, "cpu_op")}","name":' for k in sorted(Kind)]
+    heads[Kind.MARK] = f'{{"ph":"i","s":"t","cat":"{CATEGORY[Kind.MARK]}","name":'
+    detail = _detail_args(trace)
+    details = pa.array(
+        ["," + orjson.dumps(detail[d]).decode()[1:-1] if d in detail else "" for d in range(len(trace.details))]
+    )
+    syncs = _sync_args(trace, corr)
+    enc = _Encoded(names, pa.array(heads), details, syncs, np.fromiter(syncs, np.int64, len(syncs)), corr,
+                   lane_pid[lane], lane_tid[lane], gpu, device, stream, kind)  # fmt: skip
+    for lo in range(0, n, CHUNK_EVENTS):
+        yield _chunk_lines(trace, enc, slice(lo, min(lo + CHUNK_EVENTS, n)))
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """What every chunk of events shares: fragments per distinct name, kind and detail; columns per event."""
+
+    names: pa.Array
+    heads: pa.Array
+    details: pa.Array
+    syncs: dict[int, dict]
+    sync_rows: np.ndarray
+    corr: np.ndarray
+    pid: np.ndarray
+    tid: np.ndarray
+    gpu: np.ndarray
+    device: np.ndarray
+    stream: np.ndarray
+    kind: np.ndarray
+
+
+def _chunk_lines(trace: Trace, enc: _Encoded, sl: slice) -> list[str]:
+    """Events ``sl`` (a run of event numbers) as JSON lines."""
+    lo, hi = sl.start, sl.stop
+    corr, gpu, device, stream, kind = enc.corr[sl], enc.gpu[sl], enc.device[sl], enc.stream[sl], enc.kind[sl]
+    nbytes = trace.bytes[sl]
+    names, heads, details, syncs, sync_rows = enc.names, enc.heads, enc.details, enc.syncs, enc.sync_rows
 
     def text(values: np.ndarray) -> pa.Array:
         return pc.cast(pa.array(values), pa.string())
@@ -143,28 +268,18 @@ def _trace_lines(trace: Trace) -> list[str]:
     def member(key: str, values: np.ndarray, present: np.ndarray) -> pa.Array:
         return pc.if_else(pa.array(present), pc.binary_join_element_wise(f',"{key}":', text(values), ""), "")
 
-    # Fragments encoded once per distinct name, kind and detail, then gathered per event.
-    names = pa.array([orjson.dumps(name).decode() for name in trace.names], pa.string())
-    heads = [f'{{"ph":"X","cat":"{CATEGORY.get(k, "cpu_op")}","name":' for k in sorted(Kind)]
-    heads[Kind.MARK] = f'{{"ph":"i","s":"t","cat":"{CATEGORY[Kind.MARK]}","name":'
-    detail = _detail_args(trace)
-    details = pa.array(
-        ["," + orjson.dumps(detail[d]).decode()[1:-1] if d in detail else "" for d in range(len(trace.details))]
-    )
-    extra = pc.take(details, pa.array(trace.detail_id))
-    syncs = _sync_args(trace, corr)
-    if syncs:
-        rows = np.fromiter(syncs, np.int64, len(syncs))
-        texts = ["," + orjson.dumps(syncs[i]).decode()[1:-1] for i in rows.tolist()]
+    extra = pc.take(details, pa.array(trace.detail_id[sl]))
+    rows = sync_rows[(sync_rows >= lo) & (sync_rows < hi)]
+    if rows.size or bool((kind == int(Kind.SYNC)).any()):
         full = np.asarray(extra.to_pylist(), dtype=object)
         full[kind == int(Kind.SYNC)] = ""
-        full[rows] = texts
+        full[rows - lo] = ["," + orjson.dumps(syncs[i]).decode()[1:-1] for i in rows.tolist()]
         extra = pa.array(full.tolist(), pa.string())
     args = pc.binary_join_element_wise(
         member("correlation", corr, corr >= 0),
         member("device", device, gpu),
         member("stream", stream, gpu & (stream >= 0)),
-        member("bytes", trace.bytes, trace.bytes != 0),
+        member("bytes", nbytes, nbytes != 0),
         extra,
         "",
     )
@@ -172,19 +287,20 @@ def _trace_lines(trace: Trace) -> list[str]:
     tail = pc.if_else(
         has_args, pc.binary_join_element_wise(',"args":{', pc.utf8_slice_codeunits(args, 1), "}}", ""), "}"
     )
-    ts = _us_text(trace.start_ns)
+    start, end = trace.start_ns[sl], trace.end_ns[sl]
+    ts = _us_text(start)
     when = pc.if_else(
         pa.array(kind == int(Kind.MARK)),
         pc.binary_join_element_wise('"ts":', ts, ""),
-        pc.binary_join_element_wise('"ts":', ts, ',"dur":', _us_text(trace.end_ns - trace.start_ns), ""),
+        pc.binary_join_element_wise('"ts":', ts, ',"dur":', _us_text(end - start), ""),
     )
     lines = pc.binary_join_element_wise(
-        pc.take(pa.array(heads), pa.array(kind)),
-        pc.take(names, pa.array(trace.name_id)),
+        pc.take(heads, pa.array(kind)),
+        pc.take(names, pa.array(trace.name_id[sl])),
         ',"pid":',
-        text(lane_pid[lane]),
+        text(enc.pid[sl]),
         ',"tid":',
-        text(lane_tid[lane]),
+        text(enc.tid[sl]),
         ",",
         when,
         tail,
@@ -364,10 +480,11 @@ def gaplens_tracks(trace: Trace, pid: int) -> Iterator[dict]:
 
 
 def _slice(pid: int, tid: int, start_ns: int, end_ns: int, name: str, args: dict) -> dict:
+    args = {k: cut_name(v) if isinstance(v, str) else v for k, v in args.items()}  # event names, sentences
     return {
         "ph": "X",
         "cat": GAPLENS_CATEGORY,
-        "name": name,
+        "name": cut_name(name),
         "pid": pid,
         "tid": tid,
         "ts": start_ns / 1000,

@@ -137,6 +137,9 @@ def _allowed_type(kind: type) -> bool:
     return kind.__module__.startswith("gaplens.") and isinstance(kind, type)
 
 
+_SCALARS = frozenset({int, str, float, bool, type(None)})
+
+
 class _Pickler(pickle.Pickler):
     def __init__(self, fh: io.BytesIO, trace: Trace) -> None:
         super().__init__(fh, protocol=5)
@@ -144,6 +147,10 @@ class _Pickler(pickle.Pickler):
         self._seen: set[type] = set()
 
     def persistent_id(self, obj: Any) -> str | None:
+        # Called for every object written (millions for 100k NVTX phases): scalars, never a trace part and
+        # always allowed, leave at once.
+        if type(obj) in _SCALARS:
+            return None
         ref = self._refs.get(id(obj))
         if ref is not None:
             return ref

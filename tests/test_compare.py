@@ -270,3 +270,48 @@ def test_fail_on_grammar() -> None:
     for bad in ("steps>5%", "step>5", "step=+5%", "kernel:>5%", ""):
         with pytest.raises(TraceError):
             parse_fail_on([bad])
+
+
+# ---- gates read steady steps only (issue 31) ----------------------------------------------------
+
+
+def _stepped(warm_gap_ns: int, steady_gap_ns: int = 200_000, n: int = 6):
+    """Six ``step N`` ranges of four 1 ms kernels; a host island of ``warm_gap_ns`` inside the first
+    (warm-up) step and of ``steady_gap_ns`` inside each of the others::
+
+        step 0: |k|k|----- host island (warm) -----|k|k|    step 1..5: |k|k|-island-|k|k|
+    """
+    from tests.handbuilt import Builder
+
+    b, t = Builder(), 1_000_000
+    for k in range(n):
+        t0, t = t, t + 10_000
+        for j in range(4):
+            b.launch(t, t + 5_000, t + 10_000, t + 1_000_000)
+            t += 1_000_000
+            if j == 1:
+                gap = warm_gap_ns if k == 0 else steady_gap_ns
+                b.cpu(t, t + gap, "host_work")
+                t += gap
+        t += 10_000
+        b.phase(t0, t, f"step {k}")
+    return b.trace()
+
+
+def test_gates_set_the_warm_up_step_apart() -> None:
+    from gaplens.analysis.compare import gate, parse_fail_on, read
+    from gaplens.tui.commands.compare import _gate_line
+
+    # Only the warm-up step's island grew (3 -> 4 ms, THE gap of both): no steady regression.
+    rb, ra = read(_stepped(3_000_000)), read(_stepped(4_000_000))
+    assert rb.gap is not None and ra.gap is not None and ra.gap["dur_ns"] > rb.gap["dur_ns"] * 1.05
+    g = gate(parse_fail_on(["gap>+5%", "compute<-5%", "step>+5%"]), rb, ra)
+    assert g["exit_status"] == 0, g
+    rows = {c["metric"]: c for c in g["conditions"]}
+    assert rows["gap"]["before"] == rows["gap"]["after"] < 1_000_000
+    assert rows["gap"]["scope"] == "steady steps"
+    assert "gap in steady steps" in _gate_line(rows["gap"])
+    # The steady steps' island grew (0.2 -> 0.4 ms): the gate fails on it.
+    ra2 = read(_stepped(3_000_000, steady_gap_ns=400_000))
+    g2 = gate(parse_fail_on(["gap>+5%"]), rb, ra2)
+    assert g2["exit_status"] == 3 and g2["conditions"][0]["after"] > g2["conditions"][0]["before"]

@@ -21,7 +21,9 @@ DATA = Path(__file__).parent / "data"
 
 
 @pytest.fixture
-def trace_path(tmp_path: Path) -> str:
+def trace_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    # A cache of its own: the cache is keyed by content, so the session's copy of this sample would be a hit.
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
     path = tmp_path / "serving.json.gz"
     shutil.copyfile(DATA / "serving.json.gz", path)
     return str(path)

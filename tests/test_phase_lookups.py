@@ -80,3 +80,52 @@ def test_blocks_cover_every_query_when_the_matrix_is_split(monkeypatch):
     got = innermost_each(found, t0, t0 + 1)
     assert got.tolist() == [int(t) // 10 for t in t0.tolist()]
     assert holding_share_each(found, t0, t0 + 1, 0.5).all()
+
+
+# ---- the marker clock, many ranges at once (issue 31: 100k NVTX ranges took seconds one by one) -----
+
+
+def _stream_for_one(clock: ph.MarkerClock, pid: int, t0: int, t1: int) -> tuple[int, int]:
+    """The one-range rule as it was written: the group with the most ops queued in [t0, t1) (first wins),
+    else the process's busiest group (first wins)."""
+    best, best_count, busiest, busiest_ns = -1, 0, -1, -1.0
+    for k, h in enumerate(clock._heads.tolist()):
+        if clock._pid[h] != pid:
+            continue
+        seg = clock._queued[int(clock._group_bounds[k]) : int(clock._group_bounds[k + 1])]
+        count = int(np.searchsorted(seg, t1, "left") - np.searchsorted(seg, t0, "left"))
+        if count > best_count:
+            best, best_count = int(clock._lane[h]), count
+        if clock._group_busy[k] > busiest_ns:
+            busiest, busiest_ns = int(clock._lane[h]), float(clock._group_busy[k])
+    return (best, best_count) if best_count else (busiest, 0)
+
+
+def _at_one(clock: ph.MarkerClock, lane: int, t: int) -> int:
+    hit = np.flatnonzero(clock.lanes == lane)
+    if hit.size == 0:
+        return t
+    lo, hi = int(clock.bounds[hit[0]]), int(clock.bounds[hit[0] + 1])
+    k = lo + int(np.searchsorted(clock.queued[lo:hi], t, "left"))
+    return max(t, int(clock.reach[k - 1])) if k > lo else t
+
+
+def test_phases_timed_at_once_equal_one_at_a_time():
+    import pytest
+
+    from gaplens.loaders import load
+    from tests.conftest import sample
+
+    for name in ("smells.json.gz", "decode_eager.json.gz", "nsys_smells.sqlite.gz"):
+        try:
+            trace = load(sample(name))
+        except Exception as exc:  # pragma: no cover - a sample not beside the checkout
+            pytest.skip(str(exc))
+        found = ph.phases(trace)
+        assert found
+        clock = ph.marker_clock(trace)
+        for p in found:
+            lane, n_ops = _stream_for_one(clock, p.pid, p.host_start_ns, p.host_end_ns)
+            device = trace.lanes[lane].device if n_ops and lane >= 0 else None
+            want = (_at_one(clock, lane, p.host_start_ns), _at_one(clock, lane, p.host_end_ns), lane, device)
+            assert (p.start_ns, p.end_ns, p.lane, p.device) == want, (name, p)

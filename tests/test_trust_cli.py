@@ -205,7 +205,8 @@ def test_good_outputs_are_written_whole_with_no_temp_left(capsys, trace, tmp_pat
     assert rc == 0 and (tmp_path / "r.md").read_text().startswith("# gaplens report")
     rc, _, _ = run(capsys, "export", trace, "--csv", tmp_path / "tables", "--perfetto", tmp_path / "p.json.gz")
     assert rc == 0 and json.loads(gzip.decompress((tmp_path / "p.json.gz").read_bytes()))
-    assert sorted(p.name for p in (tmp_path / "tables").iterdir()) == ["events.csv", "gaps.csv"]
+    written = sorted(p.name for p in (tmp_path / "tables").iterdir())
+    assert written == ["details.csv", "events.csv", "gaps.csv", "names.csv"]
     assert not list(tmp_path.rglob("*.tmp"))
     # Over an existing regular file: replaced (the old one stays whole until the rename).
     rc, _, _ = run(capsys, "report", trace, "-o", tmp_path / "r.md")

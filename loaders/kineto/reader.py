@@ -237,7 +237,9 @@ def load_kineto(path: str, progress: Progress | None = None, stats: LoadStats | 
     if progress is not None:
         progress("building", 0.0)
     heap.trim()  # the parse threads' buffers, before the build
-    return _build(ctx, kept, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs)
+    return _build(
+        ctx, kept, clean_top(blocks.top, repairs), Meta(source_format="kineto", path=path), repairs, cut=bool(damage)
+    )
 
 
 def _read_all(
@@ -303,7 +305,7 @@ def _settle(reader: _Reader, piece: Piece, parsed: _Parsed, ctx: Context, stats:
     return ctx.merge(parsed.local, parsed.block)
 
 
-def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs) -> Trace:
+def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs, cut: bool = False) -> Trace:
     for key, value in top.items():
         if key not in ("traceEvents", "deviceProperties") and not isinstance(value, dict | list):
             meta.extra[key] = value
@@ -332,6 +334,8 @@ def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs)
         for d in sorted({ln.device for ln in lanes if ln.is_gpu})
     ]
     meta.lacks = _lacks(kind)
+    if cut and "gpu" in meta.lacks:
+        repairs.note(GPU_CUT_OFF)  # on the cut file's one warning line: "GPU window 630 ms" beside 0 kernels
     cols = {
         "lane": remap[cat("lane")] if keys else np.empty(0, np.int32),
         "start": start,
@@ -345,6 +349,15 @@ def _build(ctx: Context, kept: Columns, top: dict, meta: Meta, repairs: Repairs)
     }
     del start, end, kind
     return build_columns(meta, lanes, list(ctx.names), list(ctx.details), cols, repairs)
+
+
+#: Said when a cut file kept no GPU work: Kineto writes the host's events before the device's, so a
+#: truncated file loses the GPU side first, and its window and busy share say nothing about the device.
+GPU_CUT_OFF = (
+    "the GPU side was cut off: the file ends before its first kernel, copy or memset (Kineto writes the "
+    "host's events first), so this reads the host side only; the GPU window and busy share say nothing "
+    "about the device"
+)
 
 
 def _lacks(kind: np.ndarray) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from gaplens.loaders import load
-from gaplens.loaders.files import atomic_write
+from gaplens.loaders.files import Writer, atomic_write
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
 
@@ -106,8 +106,9 @@ def output_folder(
     return folder
 
 
-def write_output(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (a temp file beside it, then a rename), OS errors as TraceErrors."""
+def write_output(path: Path, data: bytes | Writer) -> Path:
+    """Write ``data`` (bytes, or a function writing to a binary file) to ``path`` atomically (a temp file beside
+    it, then a rename), OS errors as TraceErrors."""
     try:
         return atomic_write(path if path.is_absolute() else Path(os.getcwd()) / path, data)
     except OSError as exc:

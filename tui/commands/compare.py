@@ -24,7 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="append",
         default=[],
         metavar="EXPR",
-        help=f"exit 3 when a condition holds ({METRICS}; several allowed, or comma-separated)",
+        # argparse %-formats help text: the metrics' own "%" must be doubled.
+        help=f"exit 3 when a condition holds ({METRICS.replace('%', '%%')}; several allowed, or comma-separated)",
     )
 
 
@@ -172,6 +173,8 @@ def _gate_line(c: dict) -> str:
     if c["metric"] == "compute" and not c.get("change_infinite"):
         change += " relative"
     per = " per step" if c["unit"] == "ns per step" else ""
+    if c.get("scope") == "steady steps" and c["metric"] in ("gap", "compute"):
+        per = " in steady steps"  # warm-up steps set apart: say so beside a number THE gap's line may not show
     verdict = "FAIL" if c["holds"] else "pass"
     return (
         f"gate {c['expr']}: {verdict}: {what}{per} {_gate_value(c['before'], c['unit'])} -> "

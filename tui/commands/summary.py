@@ -38,7 +38,11 @@ def render_text(trace: Trace, top: int = 10) -> str:
     s = summary(trace, top)
     lines = [f"{s['source']['path']}  ({s['source']['version']})", ""]
     w0, w1 = s["window_ns"]
-    lines.append(f"GPU window   {fmt_ns(w1 - w0)}   {busy_line(s['gpu'], len(s['devices']))}")
+    if s["kernels"]["count"] + s["memcpy"]["count"] + s["memset"]["count"] == 0:
+        # no GPU work was read: a "GPU window" here is the host's span, and 0% busy would blame the device
+        lines.append(f"GPU window   none: no GPU work in the trace (its host events span {fmt_ns(w1 - w0)})")
+    else:
+        lines.append(f"GPU window   {fmt_ns(w1 - w0)}   {busy_line(s['gpu'], len(s['devices']))}")
     for d in s["devices"]:
         comm = f", comm {fmt_ns(d['comm_ns'])} ({fmt_ns(d['exposed_comm_ns'])} exposed)" if d["comm_ns"] else ""
         lines.append(
