@@ -33,3 +33,8 @@ async def snapshot_ready(pilot) -> None:
     """``run_before`` of the snapshot tests: the readings are drawn before the picture is taken."""
     await readings_ready(pilot.app, pilot)
     await pilot.pause()
+
+
+def screen_lines(app: GaplensApp) -> list[str]:
+    """The current screen as plain text, one string per terminal row (what a user would read)."""
+    return ["".join(seg.text for seg in strip) for strip in app.screen._compositor.render_strips()]

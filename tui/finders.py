@@ -1,4 +1,4 @@
-"""The viewer's finders: statistics (T), lists of blank regions and smells (L), go-to-time (t), the start-up hint.
+"""The viewer's finders: statistics (T), lists of blank regions and smells (L), go-to-time (t), what-if (W).
 
 A mixin of the app, like ``ProtocolApp``: each action opens a screen from ``tui.screens``
 and hands what the user picked to the timeline (``tui.jumps``).
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from gaplens.analysis.smells import Finding
     from gaplens.tui.screens.lists import Pick
+    from gaplens.tui.screens.whatif import StepPick
     from gaplens.tui.timeline import Timeline
     from gaplens.tui.viewmodel import TimelineModel
 
@@ -24,7 +25,7 @@ else:
 
 
 class FinderApp(_Host):
-    """Actions bound in ``tui.keys``: ``app.stats``, ``app.lists``, ``app.goto_time``."""
+    """Actions bound in ``tui.keys``: ``app.stats``, ``app.lists``, ``app.goto_time``, ``app.whatif``."""
 
     model: TimelineModel | None
     analysing: bool
@@ -83,3 +84,16 @@ class FinderApp(_Host):
                 self.timeline.go_to(t_ns)
 
         self.push_screen(TimeScreen(), picked)
+
+    def action_whatif(self) -> None:
+        """``W`` (and step 6 of the walk): predicted step times after a change; enter shows a step."""
+        from gaplens.tui.screens.whatif import WhatIfScreen
+
+        if self.model is None:
+            return
+
+        def picked(pick: StepPick | None) -> None:
+            if pick is not None:
+                self.timeline.show_step(pick.name, pick.host_ns, pick.span_ns)
+
+        self.push_screen(WhatIfScreen(self.model.trace), picked)

@@ -169,6 +169,26 @@ class TimelineJumps(_Host):
         self.cursor_ns = (s + e) / 2
         self.set_viewport(self.viewport.show(s, e, fill=0.5))
 
+    def show_step(self, name: str, host_ns: tuple[int, int], span_ns: tuple[int, int]) -> None:
+        """Frame a step as CUDA events time it (what-if's numbers) and select it: its phase, else its range."""
+        s, e = span_ns
+        self._leave_phase_for(min(s, host_ns[0]), max(e, host_ns[1]))
+        m = self.model
+        p = next((p for p in m.readings.phases if p.name == name and p.host_start_ns == host_ns[0]), None)
+        if p is not None:
+            row = next((k for k, r in enumerate(self.rows) if r.kind == RowKind.PHASES and r.depth == p.depth), None)
+            if row is not None:
+                self.set_row_cursor(row)
+            self.select(Selection(p.start_ns, p.end_ns, phase=p))
+        else:  # a profiler step (no phase): its range event
+            t = m.trace
+            ids = [k for k, nm in enumerate(t.names) if nm == name]
+            hit = np.flatnonzero(np.isin(t.name_id, ids) & (t.start_ns == host_ns[0]) & (t.end_ns == host_ns[1]))
+            if hit.size:
+                self.select_event(int(hit[0]))
+        self.cursor_ns = (s + e) / 2
+        self.set_viewport(self.viewport.show(s, e, fill=0.8))
+
     def select_finding(self, f: Finding) -> None:
         """Frame a smell on its device's busy row and show it in the details panel."""
         self._leave_phase_for(f.start_ns, f.end_ns)

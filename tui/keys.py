@@ -37,6 +37,7 @@ KEYS: tuple[tuple[str, str, str, bool], ...] = (
     ("T", "app.stats", "Statistics: kernels, CUDA API, ranges (a row lists its instances)", True),
     ("L", "app.lists", "Lists: blank regions (largest first) and smells", True),
     ("F", "app.roofline", "Roofline: op families against the hardware floor (needs record_shapes)", False),
+    ("W", "app.whatif", "What if: step times predicted after a change (the lever's first)", False),
     ("t,colon", "app.goto_time", "Go to a time (12.5ms, 300us, 1.2s)", False),
     ("1", "set_marker('a')", "Set or clear marker A at the time cursor", False),
     ("2", "set_marker('b')", "Set or clear marker B at the time cursor (A→B time in the header)", False),

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from gaplens.analysis.protocol.walk import Step  # a type only: the walk loads when the user opens it
 
 KEYS_HINT = "] next · [ back · e write · b note · m mark phase · B notes · E export · P close"
+#: Step 6 proposes one experiment: W asks what-if about it (the lever's change preselected).
+STEP6_HINT = "W what if: the lever's change, step by step · [ back · e write · E export · P close"
 #: Under the step's text when it does not fit (80×24: step 1's facts are cut): say so, and how to read on.
 MORE_HINT = "▼ more below: } scrolls down, { up"
 
@@ -82,6 +84,7 @@ class ProtocolPanel(Vertical):
         dots = " ".join(("●" if n == step.number else "○") + f" {n}" for n in STEP_TITLES)
         self.query_one("#protocol-progress", Static).update(Text(dots))
         self.query_one("#protocol-question", Static).update(Text(step.question))
+        self.query_one("#protocol-keys", Static).update(Text(STEP6_HINT if step.number == 6 else KEYS_HINT))
         facts = Text("What the trace says\n", style="bold")
         for f in step.facts:
             facts.append("• " + f + "\n", style="")

@@ -67,13 +67,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pct(measured: int | None, predicted: int | None) -> str:
+def pct_change(measured: int | None, predicted: int | None) -> str:
+    """``-12.3%``: the predicted change against the measured time (empty without a measured time)."""
     if not measured or predicted is None:
         return ""
     return f"{100.0 * (predicted - measured) / measured:+.1f}%"
 
 
-def _change_line(d: dict) -> str:
+def change_line(d: dict) -> str:
+    """One change of ``whatif()["changes"]`` in words: what it took off (the CLI and the viewer say the same)."""
     if d["kind"] == "graph":
         return (
             f"--graph {d['target']}: {d['instances']:,} instances of {d['label']} as {d['graphs']:,} graph launches, "
@@ -102,20 +104,20 @@ def render_text(path: str, changes: list[Change], r: dict) -> str:
     lines = [f"whatif  {path}"]
     if not r["changes"]:
         lines.append("change  none (the replay reproduces the trace)")
-    lines += [f"change  {_change_line(d)}" for d in r["changes"]]
+    lines += [f"change  {change_line(d)}" for d in r["changes"]]
     lines.append("")
     lines.append(f"  {'':<28} {'measured':>12} {'predicted':>12}  change")
     w = r["window_ns"]
     lines.append(
         f"  {'GPU window':<28} {fmt_ns(w['measured']):>12} {fmt_ns(w['predicted']):>12}  "
-        f"{_pct(w['measured'], w['predicted'])}"
+        f"{pct_change(w['measured'], w['predicted'])}"
     )
     st = r["steps"]
     if st["count"]:
         label = f"{st['label']} (median of {st['count']})"
         lines.append(
             f"  {label:<28} {fmt_ns(st['measured_median_ns']):>12} {fmt_ns(st['predicted_median_ns']):>12}  "
-            f"{_pct(st['measured_median_ns'], st['predicted_median_ns'])}"
+            f"{pct_change(st['measured_median_ns'], st['predicted_median_ns'])}"
         )
     lines += [f"note: {n}" for n in r["notes"]]
     return "\n".join(lines)
