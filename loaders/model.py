@@ -109,6 +109,16 @@ class Device:
     properties: dict = field(default_factory=dict)
 
 
+#: Each format's name as the viewer's header says it (``Meta.source_format`` -> words).
+FORMAT_NAMES = {
+    "kineto": "Kineto",
+    "nsys": "Nsight Systems",
+    "xplane": "XSpace (JAX/XLA)",
+    "jax-trace-json": "JAX trace JSON",
+    "rocprof": "rocprofv3",
+}
+
+
 @dataclass
 class Meta:
     """What the trace is and what it lacks, so readings can say "collect a better trace"."""

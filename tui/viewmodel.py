@@ -16,7 +16,7 @@ from gaplens.analysis.busy import BusyShare, BusySpans, busy_share, device_busy,
 from gaplens.analysis.gaps import Gap
 from gaplens.analysis.phases import Phase, phase_busy_pct
 from gaplens.analysis.units import fmt_ns
-from gaplens.loaders.model import CPU_KINDS, Kind, Trace, clean_name
+from gaplens.loaders.model import CPU_KINDS, FORMAT_NAMES, Kind, Trace, clean_name
 from gaplens.tui.lanetree import Node, Row, RowKind, build_tree
 from gaplens.tui.raster import RowData, Style, event_styles
 from gaplens.tui.readings import Readings
@@ -72,7 +72,15 @@ class TimelineModel:
                 busy.append((4, f"compute {share.compute_pct:.1f}%"))
             if share.profiler_pct >= 0.5:
                 busy.append((2, f"profiler {share.profiler_pct:.1f}%"))
-        parts = [(3, self.title), (1, self.device_label), (4, where), *busy, (0, f"{len(self.trace):,} events")]
+        fmt = FORMAT_NAMES.get(self.trace.meta.source_format, self.trace.meta.source_format)
+        parts = [
+            (3, self.title),
+            (1, self.device_label),
+            (4, where),
+            *busy,
+            (0, f"{len(self.trace):,} events"),
+            (-1, fmt),
+        ]
         if self.readings.clock_offset:  # a reading: it comes with the blank regions, after the first frame
             parts.insert(1, (6, "clock offset?"))
         return parts
