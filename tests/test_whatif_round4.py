@@ -86,6 +86,19 @@ def test_step_6_quotes_the_fixed_step(pair: str, group: str, command: str, targe
 
 
 @pytest.mark.slow
+def test_removing_the_sync_alone_predicts_its_twin() -> None:
+    """itemkeep: the same .item() + 2 ms logging step, fixed by dropping the .item() only (the logging stays;
+    recorded on another H200 host, both sides in one call). --remove sync models exactly that fix."""
+    from gaplens.analysis.whatif import Change
+
+    fault = load(str(DATA / "itemkeep_fault.json.gz"))
+    predicted = whatif(fault, [Change("remove", "sync")])["steps"]["predicted_median_ns"] / 1e6
+    fixed, truth = _fixed_ms("itemkeep")
+    assert abs(fixed / truth - 1) <= 0.1
+    assert abs(predicted / fixed - 1) <= TARGET, f"{predicted:.2f} ms predicted, {fixed:.2f} ms fixed"
+
+
+@pytest.mark.slow
 def test_allocation_churn_reads_as_alloc_with_its_calls_per_step() -> None:
     """371 cudaMalloc and 370 cudaFree per step (meta.json, from the trace) read as cause alloc, and the
     lever names the caching allocator and the calls per step."""
