@@ -6,20 +6,13 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
+from gaplens.analysis.memory import DIRECTIONS
 from gaplens.analysis.phases import Phase, family_labels, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, idle_by_device, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.steps import steps, steps_by_process
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
-
-MEMCPY_LABELS = {
-    Kind.MEMCPY_HTOD: "HtoD",
-    Kind.MEMCPY_DTOH: "DtoH",
-    Kind.MEMCPY_DTOD: "DtoD",
-    Kind.MEMCPY_PEER: "PtoP",
-    Kind.MEMCPY_OTHER: "other",
-}
 
 
 def totals(trace: Trace, kinds) -> dict:
@@ -57,7 +50,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
         )
     mem = trace.mask(MEMCPY_KINDS)
     by_dir = {}
-    for k, label in MEMCPY_LABELS.items():
+    for k, label in DIRECTIONS.items():
         m = trace.kind == int(k)
         if m.any():
             by_dir[label] = {
