@@ -21,6 +21,8 @@ from gaplens.analysis.phases import (
     chain,
     family,
     family_labels,
+    family_pct,
+    fold_families,
     innermost,
     phases,
     phases_busy_pct,
@@ -252,20 +254,20 @@ class Walkthrough:
             split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
             facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
         groups = by_process(self.phases)
-        labels = family_labels(self.phases)
-        for pid, found in groups.items():
-            fams: dict[str, list[float]] = {}
-            for p, busy in zip(found, phases_busy_pct(self.trace, found).tolist(), strict=True):
-                acc = fams.setdefault(labels[p.name], [0.0, 0.0, 0.0])
-                acc[0] += busy * p.dur_ns
-                acc[1] += p.dur_ns
-                acc[2] += self._copy_ns(p)
+        fams = fold_families(self.phases)
+        busy = phases_busy_pct(self.trace, self.phases)
+        dur = np.asarray([p.dur_ns for p in self.phases], np.int64)
+        for pid in groups:
             prefix = f"[{pid}] " if len(groups) > 1 else ""
-            for fam, (b, d, c) in list(fams.items())[:MAX_FAMILY_VERDICTS]:
+            mine = [(fam, at) for (p_pid, fam), at in fams.items() if p_pid == pid]
+            for fam, at in mine[:MAX_FAMILY_VERDICTS]:
+                d = int(dur[at].sum())
+                c = sum(self._copy_ns(self.phases[k]) for k in at)
+                b = family_pct(busy[at], dur[at]) if at else 0.0
                 if d > 0 and c >= COPYING_SHARE * d:  # copy_in: "mostly copying", not "mostly waiting"
-                    facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b / d:.0f}% computing")
+                    facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b:.0f}% computing")
                 elif d > 0:
-                    facts.append(f"{prefix}{fam}: {busy_verdict(b / d)}")
+                    facts.append(f"{prefix}{fam}: {busy_verdict(b)}")
         for m in self.notes.phases if self.notes else []:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
                 facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
