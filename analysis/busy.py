@@ -156,6 +156,19 @@ def compute_busy(trace: Trace, device: int) -> BusySpans:
     return split.compute if split is not None else BusySpans(np.empty(0, np.int64), np.empty(0, np.int64))
 
 
+def span_busy_ns(trace: Trace, t0: int, t1: int, devices: list[int] | None = None, part: str = "compute") -> int:
+    """Time one class of GPU work ran in [t0, t1), summed over ``devices`` (every device when None).
+
+    ``part`` is a field of ``Split``: ``compute`` (what verdicts about density and pacing read),
+    ``comm``, ``copy`` or ``busy`` (all GPU work). A span read on two devices counts each device's
+    time, so its share is over ``(t1 - t0) * len(devices)``. The one sum behind every phase's,
+    step's and marked range's share (the walkthrough, compare, pacing, the experiment).
+    """
+    splits = device_splits(trace)
+    ids = [d.id for d in trace.meta.devices] if devices is None else devices
+    return sum(getattr(splits[d], part).busy_in(t0, t1) for d in ids if d in splits)
+
+
 @dataclass(frozen=True)
 class DeviceShare:
     """What one device did over its window: busy, compute, communication, exposed communication, copies."""

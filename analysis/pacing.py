@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.analysis.busy import compute_mask, device_splits
+from gaplens.analysis.busy import compute_mask, span_busy_ns
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.memo import per_trace
@@ -111,10 +111,9 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     sel = ops[lo:hi]
     row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size), "device": device}
     dur = max(t1 - t0, 1) * max(len(devices), 1)
-    splits = device_splits(trace)
-    compute = sum(splits[d].compute.busy_in(t0, t1) for d in devices if d in splits)
-    comm = sum(splits[d].comm.busy_in(t0, t1) for d in devices if d in splits)
-    copy = sum(splits[d].copy.busy_in(t0, t1) for d in devices if d in splits)
+    compute = span_busy_ns(trace, t0, t1, devices)
+    comm = span_busy_ns(trace, t0, t1, devices, "comm")
+    copy = span_busy_ns(trace, t0, t1, devices, "copy")
     row["busy_pct"] = round(100.0 * compute / dur, 2)
     row["comm_pct"] = round(100.0 * comm / dur, 2)
     row["copy_pct"] = round(100.0 * copy / dur, 2)

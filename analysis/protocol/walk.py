@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import bound_by, busy_share, compute_busy, device_splits, gpu_window, overhead_spans
+from gaplens.analysis.busy import bound_by, busy_share, gpu_window, overhead_spans, span_busy_ns
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.phases import (
@@ -277,11 +277,10 @@ class Walkthrough:
         """Time copies ran on the phase's device inside its GPU span."""
         if p.lane < 0 or p.dur_ns <= 0:
             return 0
-        split = device_splits(self.trace).get(self.trace.lanes[p.lane].device)
-        return split.copy.busy_in(p.start_ns, p.end_ns) if split else 0
+        return span_busy_ns(self.trace, p.start_ns, p.end_ns, [self.trace.lanes[p.lane].device], "copy")
 
     def _compute_pct(self, t0: int, t1: int) -> float:
-        busy = sum(compute_busy(self.trace, d.id).busy_in(t0, t1) for d in self.share.devices)
+        busy = span_busy_ns(self.trace, t0, t1, [d.id for d in self.share.devices])
         return 100.0 * busy / max((t1 - t0) * max(len(self.share.devices), 1), 1)
 
     # ---- 4. zoom in ---------------------------------------------------------
