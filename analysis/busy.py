@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import GPU_WORK_KINDS, MEMCPY_KINDS, Kind, Trace
 
 #: GPU work that moves or fills memory: the copy class.
@@ -300,9 +301,6 @@ def overhead_spans(trace: Trace) -> BusySpans:
     return BusySpans(trace.start_ns[m], trace.end_ns[m])
 
 
-#: A device busy less than this share of the asked time was mostly waiting: no class bounds it.
-BOUND_BUSY_SHARE = 0.5
-
 _COPY_DIRECTION = {
     int(Kind.MEMCPY_HTOD): "HtoD",
     int(Kind.MEMCPY_DTOH): "DtoH",
@@ -354,7 +352,7 @@ class Bound:
 
     ``verdict``: ``compute`` (the device computes and paces the work), ``copy`` (copies not hidden under
     compute fill most of the busy time: copy-bound), ``comm`` (communication not hidden under compute or
-    copies: waiting for peers), ``waiting`` (busy less than ``BOUND_BUSY_SHARE`` of the asked time),
+    copies: waiting for peers), ``waiting`` (busy less than half the asked time: ``words.MOSTLY``),
     ``none`` (nothing was asked).
     """
 
@@ -399,7 +397,7 @@ def bound_by(
 
     Over ``window`` (default: each device's GPU window) on ``device`` (default: all, summed), less the
     idle time (nothing asked) when ``exclude_idle``. When the device was busy at least
-    ``BOUND_BUSY_SHARE`` of that time, the verdict is the class with the most exclusive time: compute,
+    half of that time (``words.MOSTLY``), the verdict is the class with the most exclusive time: compute,
     then copies not under compute, then communication under neither. Density and pacing verdicts use this.
     """
     from gaplens.analysis.regions import regions
@@ -432,7 +430,7 @@ def bound_by(
     copies = dict(sorted(copies.items(), key=lambda kv: -kv[1]))
     if asked <= 0:
         verdict = "none"
-    elif busy < BOUND_BUSY_SHARE * asked:
+    elif busy < MOSTLY * asked:
         verdict = "waiting"
     else:
         verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]

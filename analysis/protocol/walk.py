@@ -35,6 +35,7 @@ from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
     CAUSE_WORDS,
     COMPARE_HINT,
+    MOSTLY,
     NO_GPU,
     QUESTIONS,
     STEP_TITLES,
@@ -57,8 +58,6 @@ SHARE_SHOWN = 0.005
 VIEW_MIN_PAD_NS = 1_000
 #: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
 PROFILER_NOTE_SHARE = 0.25
-#: A phase family whose span copies ran at least half of is "mostly copying" (the copy class's majority).
-COPYING_SHARE = 0.5
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -264,7 +263,7 @@ class Walkthrough:
                 d = int(dur[at].sum())
                 c = sum(self._copy_ns(self.phases[k]) for k in at)
                 b = family_pct(busy[at], dur[at]) if at else 0.0
-                if d > 0 and c >= COPYING_SHARE * d:  # copy_in: "mostly copying", not "mostly waiting"
+                if d > 0 and c >= MOSTLY * d:  # copy_in: "mostly copying", not "mostly waiting"
                     facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b:.0f}% computing")
                 elif d > 0:
                     facts.append(f"{prefix}{fam}: {busy_verdict(b)}")
