@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import GPU_WORK_KINDS, MEMCPY_KINDS, Kind, Trace
 
 #: GPU work that moves or fills memory: the copy class.
@@ -156,6 +157,19 @@ def compute_busy(trace: Trace, device: int) -> BusySpans:
     return split.compute if split is not None else BusySpans(np.empty(0, np.int64), np.empty(0, np.int64))
 
 
+def span_busy_ns(trace: Trace, t0: int, t1: int, devices: list[int] | None = None, part: str = "compute") -> int:
+    """Time one class of GPU work ran in [t0, t1), summed over ``devices`` (every device when None).
+
+    ``part`` is a field of ``Split``: ``compute`` (what verdicts about density and pacing read),
+    ``comm``, ``copy`` or ``busy`` (all GPU work). A span read on two devices counts each device's
+    time, so its share is over ``(t1 - t0) * len(devices)``. The one sum behind every phase's,
+    step's and marked range's share (the walkthrough, compare, pacing, the experiment).
+    """
+    splits = device_splits(trace)
+    ids = [d.id for d in trace.meta.devices] if devices is None else devices
+    return sum(getattr(splits[d], part).busy_in(t0, t1) for d in ids if d in splits)
+
+
 @dataclass(frozen=True)
 class DeviceShare:
     """What one device did over its window: busy, compute, communication, exposed communication, copies."""
@@ -287,9 +301,6 @@ def overhead_spans(trace: Trace) -> BusySpans:
     return BusySpans(trace.start_ns[m], trace.end_ns[m])
 
 
-#: A device busy less than this share of the asked time was mostly waiting: no class bounds it.
-BOUND_BUSY_SHARE = 0.5
-
 _COPY_DIRECTION = {
     int(Kind.MEMCPY_HTOD): "HtoD",
     int(Kind.MEMCPY_DTOH): "DtoH",
@@ -341,7 +352,7 @@ class Bound:
 
     ``verdict``: ``compute`` (the device computes and paces the work), ``copy`` (copies not hidden under
     compute fill most of the busy time: copy-bound), ``comm`` (communication not hidden under compute or
-    copies: waiting for peers), ``waiting`` (busy less than ``BOUND_BUSY_SHARE`` of the asked time),
+    copies: waiting for peers), ``waiting`` (busy less than half the asked time: ``words.MOSTLY``),
     ``none`` (nothing was asked).
     """
 
@@ -386,7 +397,7 @@ def bound_by(
 
     Over ``window`` (default: each device's GPU window) on ``device`` (default: all, summed), less the
     idle time (nothing asked) when ``exclude_idle``. When the device was busy at least
-    ``BOUND_BUSY_SHARE`` of that time, the verdict is the class with the most exclusive time: compute,
+    half of that time (``words.MOSTLY``), the verdict is the class with the most exclusive time: compute,
     then copies not under compute, then communication under neither. Density and pacing verdicts use this.
     """
     from gaplens.analysis.regions import regions
@@ -419,7 +430,7 @@ def bound_by(
     copies = dict(sorted(copies.items(), key=lambda kv: -kv[1]))
     if asked <= 0:
         verdict = "none"
-    elif busy < BOUND_BUSY_SHARE * asked:
+    elif busy < MOSTLY * asked:
         verdict = "waiting"
     else:
         verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]

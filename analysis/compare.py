@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import compute_busy, device_splits
+from gaplens.analysis.busy import span_busy_ns
 from gaplens.analysis.gaps import CAUSES, NOT_WORK, gap_columns, the_gap
 from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
@@ -143,7 +143,7 @@ def read(trace: Trace) -> Reading:
         st_.count += 1
         st_.dur_ns += p.dur_ns
         if p.lane >= 0:
-            st_.busy_ns += compute_busy(trace, trace.lanes[p.lane].device).busy_in(p.start_ns, p.end_ns)
+            st_.busy_ns += span_busy_ns(trace, p.start_ns, p.end_ns, [trace.lanes[p.lane].device])
         ds, de = by_dev.get(p.device, (gs[:0], ge[:0])) if p.device is not None else (gs, ge)
         st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(ds, de, p.start_ns, p.end_ns))
 
@@ -231,7 +231,7 @@ def _compute_pct_in(trace: Trace, spans: list[tuple[int, int]]) -> float:
     length = sum(max(0, z - a) for a, z in spans)
     if length <= 0:
         return 0.0
-    busy = sum(split.compute.busy_in(a, z) for split in device_splits(trace).values() for a, z in spans)
+    busy = sum(span_busy_ns(trace, a, z) for a, z in spans)
     return round(100.0 * busy / length, 2)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.loaders.model import Kind, Trace
 
+#: The copy directions' labels, as memory rows and ``summary``'s ``by_direction`` print them.
 DIRECTIONS = {
     Kind.MEMCPY_HTOD: "HtoD",
     Kind.MEMCPY_DTOH: "DtoH",

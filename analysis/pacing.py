@@ -10,7 +10,7 @@ Launch lag = GPU op start − end of the call that launched it.
 The verdict uses what set each op's start on the critical-path graph: an op whose
 start waited for its launch call is host-paced, one that waited for the previous op
 on its stream is device-paced. A phase is ``cpu-bound`` when most of its ops waited
-for their launch and the device was busy less than ``BUSY_DENSE`` of the phase, or when
+for their launch and the device computed less than half of the phase (``words.MOSTLY``), or when
 its blank time is mostly host work (blank regions caused by host code, syncs or launches)
 and that host work holds at least ``HOST_PACED_SHARE`` of the phase, whatever its ops did:
 a training step whose forward queues GEMMs far ahead and then logs for 2 ms after ``.item()``
@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.analysis.busy import compute_mask, device_splits
+from gaplens.analysis.busy import compute_mask, span_busy_ns
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import Trace
 
-BUSY_DENSE = 0.5  # busy share above which a phase counts as dense
-MAJORITY = 0.5
 #: Host-caused blank time filling this share of a phase makes its host the pacer. The device-paced
 #: phases of the bundled and round-3 traces wait on their host for at most 19% of their span
 #: (nested_steps' forward; the ddp ranks' forward and train_step 11-18%: per-op dispatch gaps,
@@ -111,19 +110,18 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     sel = ops[lo:hi]
     row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size), "device": device}
     dur = max(t1 - t0, 1) * max(len(devices), 1)
-    splits = device_splits(trace)
-    compute = sum(splits[d].compute.busy_in(t0, t1) for d in devices if d in splits)
-    comm = sum(splits[d].comm.busy_in(t0, t1) for d in devices if d in splits)
-    copy = sum(splits[d].copy.busy_in(t0, t1) for d in devices if d in splits)
+    compute = span_busy_ns(trace, t0, t1, devices)
+    comm = span_busy_ns(trace, t0, t1, devices, "comm")
+    copy = span_busy_ns(trace, t0, t1, devices, "copy")
     row["busy_pct"] = round(100.0 * compute / dur, 2)
     row["comm_pct"] = round(100.0 * comm / dur, 2)
     row["copy_pct"] = round(100.0 * copy / dur, 2)
     blank, host = host_blank_ns(trace, t0, t1, devices)
     row["host_blank_pct"] = round(100.0 * host / dur, 2)
-    if row["comm_pct"] > 100 * MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
+    if row["comm_pct"] > 100 * MOSTLY and row["busy_pct"] < 100 * MOSTLY:
         row.update({"verdict": "comm-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row
-    if row["copy_pct"] > 100 * MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE:
+    if row["copy_pct"] > 100 * MOSTLY and row["busy_pct"] < 100 * MOSTLY:
         row.update({"verdict": "copy-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
         return row
     if sel.size == 0:
@@ -153,12 +151,12 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
     )
     kd = trace.end_ns[sel] - trace.start_ns[sel]
     row["median_op_ns"] = int(np.median(kd))
-    host_paced = host >= HOST_PACED_SHARE * dur and host > MAJORITY * blank
+    host_paced = host >= HOST_PACED_SHARE * dur and host > MOSTLY * blank
     if not has.any():
         row["verdict"] = "unknown"
-    elif host_paced or (launch_bound > MAJORITY and row["busy_pct"] < 100 * BUSY_DENSE):
+    elif host_paced or (launch_bound > MOSTLY and row["busy_pct"] < 100 * MOSTLY):
         row["verdict"] = "cpu-bound"
-    elif device_bound > MAJORITY:
+    elif device_bound > MOSTLY:
         row["verdict"] = "device-paced"
     else:
         row["verdict"] = "mixed"

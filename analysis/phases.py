@@ -344,6 +344,24 @@ def family_labels(found: list[Phase]) -> dict[str, str]:
     return {n: fam if len(members) > 1 else n for fam, members in names.items() for n in members}
 
 
+def fold_families(found: list[Phase], by_depth: bool = False) -> dict[tuple, list[int]]:
+    """Indices into ``found`` per display family (``family_labels``), in order of first appearance,
+    keyed ``(pid, label)`` or, ``by_depth``, ``(pid, depth, label)``: phases of different processes never
+    fold together. The one roll-up of phases into families: summary, the walkthrough and the report."""
+    label = family_labels(found)
+    out: dict[tuple, list[int]] = {}
+    for k, p in enumerate(found):
+        out.setdefault((p.pid, p.depth, label[p.name]) if by_depth else (p.pid, label[p.name]), []).append(k)
+    return out
+
+
+def family_pct(member_pct: np.ndarray | list[float], member_ns: np.ndarray | list[int]) -> float:
+    """A family's share (busy %, ...) from its members': each weighted by its span, so ``decode_step ×64``
+    reads the share of the time its steps took, not the mean of 64 numbers. A zero-length member weighs
+    1 ns (a family of empty spans reads its members' mean)."""
+    return float(np.average(np.asarray(member_pct, float), weights=np.maximum(np.asarray(member_ns, np.int64), 1)))
+
+
 def innermost(found: list[Phase], t0: int, t1: int) -> Phase | None:
     """The deepest phase that holds [t0, t1): covering at least half of it on its GPU or host span.
 

@@ -6,20 +6,13 @@ import numpy as np
 
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
-from gaplens.analysis.phases import Phase, family_labels, phases, phases_busy_pct
+from gaplens.analysis.memory import DIRECTIONS
+from gaplens.analysis.phases import Phase, family_pct, fold_families, phases, phases_busy_pct
 from gaplens.analysis.regions import active_compute_pct, idle_by_device, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.steps import steps, steps_by_process
 from gaplens.analysis.workload import kind as workload_kind
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, LaneKind, Trace
-
-MEMCPY_LABELS = {
-    Kind.MEMCPY_HTOD: "HtoD",
-    Kind.MEMCPY_DTOH: "DtoH",
-    Kind.MEMCPY_DTOD: "DtoD",
-    Kind.MEMCPY_PEER: "PtoP",
-    Kind.MEMCPY_OTHER: "other",
-}
 
 
 def totals(trace: Trace, kinds) -> dict:
@@ -57,7 +50,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
         )
     mem = trace.mask(MEMCPY_KINDS)
     by_dir = {}
-    for k, label in MEMCPY_LABELS.items():
+    for k, label in DIRECTIONS.items():
         m = trace.kind == int(k)
         if m.any():
             by_dir[label] = {
@@ -134,16 +127,11 @@ def _phase_json(p: Phase, busy_pct: float) -> dict:
 
 def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
     """Phases folded into families per process (``decode_step ×32``), in order of first appearance."""
-    rows: dict[tuple[int, int, str], list[int]] = {}
-    label = family_labels(found)
-    for k, p in enumerate(found):
-        rows.setdefault((p.pid, p.depth, label[p.name]), []).append(k)
     all_busy = phases_busy_pct(trace, found)
     out = []
-    for (pid, depth, fam), at in rows.items():
+    for (pid, depth, fam), at in fold_families(found, by_depth=True).items():
         members = [found[k] for k in at]
         dur = np.asarray([m.dur_ns for m in members], dtype=np.int64)
-        busy = all_busy[at]
         out.append(
             {
                 "family": fam,
@@ -152,7 +140,7 @@ def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
                 "count": len(members),
                 "total_ns": int(dur.sum()),
                 "median_ns": int(np.median(dur)),
-                "busy_pct": float(np.average(busy, weights=np.maximum(dur, 1))),
+                "busy_pct": family_pct(all_busy[at], dur),
                 "devices": sorted({m.device for m in members if m.device is not None}),
             }
         )

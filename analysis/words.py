@@ -7,6 +7,20 @@ an LLM server, a training loop and an MPI code are fixed by different hands.
 
 from __future__ import annotations
 
+#: What "most" and "mostly" mean in every verdict gaplens prints: more than half (of a span's time, of its
+#: blank time, of a set of ops). It is the word's meaning, not a tuned threshold: "mostly waiting" said of a
+#: device that computed 55% of the time would be false. So one name serves every reading that says
+#: "mostly", "most ops" or "X-bound": step 3's busy verdict and "mostly copying", pacing's cpu-bound,
+#: comm-bound and copy-bound, ``busy.bound_by``'s "mostly waiting", the experiment's copy-bound step and the
+#: clock check's "most ops break the rule". Where a reading says "at least half" or "more than half" is the
+#: same boundary, left to each comparison.
+MOSTLY = 0.5
+#: Compute share of the asked time from which step 3 says "mostly dense" rather than "partly fed": from
+#: there the host's side (blank time, whatever its cause) is at most a fifth of the time, so a host-side fix
+#: wins back at most 20% and the kernels become a lever of the same size. A judgement, not a measurement;
+#: the experiment's choice of the kernels as *the* lever waits for more (``KERNEL_BOUND_PCT``, 90%).
+DENSE_SHARE = 0.8
+
 #: The six steps of the reading protocol (DESIGN.md), numbered 1..6.
 STEP_TITLES = {
     1: "Name the workload",
@@ -123,8 +137,8 @@ def lever(smell: str, workload: str = "generic") -> str:
 
 def busy_verdict(pct: float) -> str:
     """Plain words for a compute busy share: what the user should take from step 3."""
-    if pct < 50:
+    if pct < 100 * MOSTLY:
         return f"mostly waiting: {pct:.0f}% busy"
-    if pct < 80:
+    if pct < 100 * DENSE_SHARE:
         return f"partly fed: {pct:.0f}% busy"
     return f"mostly dense: {pct:.0f}% busy"

@@ -7,7 +7,7 @@ import pytest
 
 from gaplens.analysis.calls import CAPTURE_HINT
 from gaplens.analysis.critical_path import Edge, Seg, critical_path, graph
-from gaplens.analysis.gaps import analyse_gaps, blank_regions, largest_on_critical_path
+from gaplens.analysis.gaps import analyse_gaps, blank_regions, gap_columns, the_gap
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.model import Device, Kind, Meta
 from tests.handbuilt import Builder, stream
@@ -79,7 +79,8 @@ def test_gap_after_sync_is_on_path_and_split_by_thread_time():
     assert g.cause == "sync"
     names = {tr.name(i) for i in g.evidence}
     assert {"k2", "k3", "cudaLaunchKernel", "tokenize_like"} <= names
-    assert largest_on_critical_path(gaps) is g
+    hot = the_gap(tr)  # THE gap every screen names: the largest on the critical path
+    assert hot is not None and (hot.start_ns, hot.end_ns, hot.cause) == (g.start_ns, g.end_ns, g.cause)
 
 
 def test_cpu_op_takes_the_class_of_the_calls_it_makes():
@@ -201,7 +202,10 @@ def test_trace_without_cpu_side_says_what_to_capture():
         assert g.message == CAPTURE_HINT
         assert "torch.profiler" in g.message and "nsys --trace=cuda,nvtx,osrt" in g.message
         assert not g.on_critical_path
-    assert largest_on_critical_path(gaps) is None
+    # None is on the path; THE gap falls back to the largest the device was asked to fill (450 - 400 < 300 - 100).
+    assert gap_columns(tr).largest_on_path() == -1
+    hot = the_gap(tr)
+    assert hot is not None and (hot.start_ns, hot.end_ns) == (100, 300)
     # The path still runs along the stream.
     assert critical_path(tr).nodes.size == 3
 

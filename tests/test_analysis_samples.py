@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gaplens.analysis.gaps import analyse_gaps, gap_columns, largest_on_critical_path
+from gaplens.analysis.gaps import analyse_gaps, gap_columns
 from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.pacing import pacing
 from gaplens.analysis.phases import phases
@@ -59,8 +59,11 @@ def test_tokenize_is_the_largest_blank_region_on_the_path_caused_by_host(smelly)
     tr, _, findings = smelly
     toks = named(tr, "tokenize")
     for w in profiled(tr):
-        hot = largest_on_critical_path(analyse_gaps(tr, window=w))
-        assert hot is not None and hot.cause == "host"
+        cols = gap_columns(tr, window=w)  # the product's rule for THE gap: GapColumns.largest_on_path
+        k = cols.largest_on_path()
+        assert k >= 0
+        hot = cols.gap(tr, k)
+        assert hot.cause == "host"
         assert hot.shares["host"] > 0.9
         assert any(overlap(hot.start_ns, hot.end_ns, p.start_ns, p.end_ns) >= 0.9 * p.dur_ns for p in toks)
         assert "tokenize" in {tr.name(i) for i in hot.evidence}

@@ -257,8 +257,9 @@ def test_warm_up_launch_threshold_flips_only_past_the_measured_first_launch(monk
 
 
 def test_bound_threshold_sensitivity_on_copy_bound(monkeypatch):
-    """BOUND_BUSY_SHARE decides copy-bound vs mostly waiting; on copy_bound the device is busy ~99% of the asked
-    time (CUDA events: copy_in 84.6 + compute 16.6 of a 101.4 ms step), so only a threshold above that flips it."""
+    """``words.MOSTLY`` (as busy reads it) decides copy-bound vs mostly waiting; on copy_bound the device is busy
+    ~99% of the asked time (CUDA events: copy_in 84.6 + compute 16.6 of a 101.4 ms step), so only a threshold
+    above that flips it."""
     import gaplens.analysis.busy as busy
 
     tr = loaded(str(ROUND3 / "copy_bound.json.gz"))
@@ -269,5 +270,5 @@ def test_bound_threshold_sensitivity_on_copy_bound(monkeypatch):
     b = bound_by(tr)
     assert b.busy_ns / b.asked_ns == pytest.approx(busy_share_truth, abs=0.03)
     for share, verdict in ((0.5, "copy"), (0.9, "copy"), (min(busy_share_truth + 0.02, 1.0), "waiting")):
-        monkeypatch.setattr(busy, "BOUND_BUSY_SHARE", share)
+        monkeypatch.setattr(busy, "MOSTLY", share)
         assert bound_by(tr).verdict == verdict, share

@@ -9,7 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import numpy as np
 import pytest
 
 from gaplens.analysis.levers import CopyKind, fitted_lever, launches, tokenises
@@ -258,8 +257,15 @@ def test_copy_bound_share_on_a_copy_bound_step(monkeypatch):
 
 
 def test_levers_of_serving_smells_still_follow_the_workload():
+    """The bundled eager decode loop (no graph launch) reads as serving: its picket fences and the experiment
+    name serving's lever, capturing the decode step in a CUDA graph, not training's or the generic one."""
     assert LEVERS["picket_fence"]["serving"].startswith(CAPTURE)
-    assert np.isfinite(ex.DEVICE_PACED_BLANK_SHARE)
+    trace = load(shared_file("samples/decode_eager.json.gz"))
+    assert kind(trace) == "serving" and launches(trace).graphs == 0
+    fences = [f for f in smells(trace) if f.kind == "picket_fence"]
+    assert fences and all(f.lever.startswith(CAPTURE) for f in fences)
+    exp = ex.experiment(trace)
+    assert exp.group == "launch" and exp.lever.startswith(CAPTURE)
 
 
 # ---- round-3 recordings (tests/data/round3: never designed on) ------------------------------------------

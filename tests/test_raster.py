@@ -199,3 +199,35 @@ def test_batched_rows_equal_one_row_at_a_time():
         for one, many in zip(singles, raster_rows(datas, model.columns, edges), strict=True):
             assert one.text == many.text
             assert np.array_equal(one.style, many.style) and np.array_equal(one.lo, many.lo)
+
+
+def test_viewer_paints_what_the_readings_count() -> None:
+    """Communication and blocking calls take the readings' rules (``analysis.comm``, ``analysis.calls``).
+
+    thread  [launch][launch][sync........][wait]
+    stream7  ██vllm::cross_device_reduce██ ██gemm██
+
+    A custom all-reduce is communication though its name says neither "nccl" nor "all_reduce";
+    ``cudaStreamSynchronize`` blocks the host; ``cudaStreamWaitEvent`` does not (it queues a wait).
+    """
+    from gaplens.analysis.calls import Call, api_class
+    from gaplens.analysis.comm import comm_mask
+    from gaplens.tui.raster import event_styles
+    from tests.handbuilt import Builder
+
+    b = Builder()
+    b.launch(0, 10, 20, 100, name="void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)")
+    b.launch(10, 20, 100, 200, name="nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT")
+    b.call(20, 200, "cudaStreamSynchronize")
+    b.call(200, 210, "cudaStreamWaitEvent")
+    tr = b.trace()
+    style = event_styles(tr)
+    by_name = {tr.name(i): Style(int(style[i])) for i in range(len(tr))}
+    assert by_name["void vllm::cross_device_reduce_1stage<__nv_bfloat16, 8>(vllm::RankData*)"] == Style.COMM
+    assert by_name["nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT"] == Style.GEMM
+    assert by_name["cudaLaunchKernel"] == Style.LAUNCH
+    assert by_name["cudaStreamSynchronize"] == Style.SYNC
+    assert by_name["cudaStreamWaitEvent"] == Style.API
+    # The same sets as the readings', event for event.
+    assert np.array_equal(style == int(Style.COMM), comm_mask(tr))
+    assert np.array_equal(style == int(Style.SYNC), api_class(tr) == int(Call.SYNC))

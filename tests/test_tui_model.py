@@ -6,8 +6,9 @@ import asyncio
 
 import numpy as np
 
+from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.events import EventColumns
-from gaplens.loaders.model import Device, Kind, LaneKind, Meta
+from gaplens.loaders.model import MEMCPY_KINDS, Device, Kind, LaneKind, Meta
 from gaplens.tui.app import make_app
 from gaplens.tui.details import describe
 from gaplens.tui.lanetree import DEPTH_CAP, RowKind, build_tree, gutter_label, visible_rows
@@ -55,9 +56,17 @@ def test_details_of_the_largest_blank_region():
     model = with_readings(build_model(trace), compute(trace))
     g = model.readings.largest
     lines = dict(describe(model, Selection(g.start_ns, g.end_ns, gap=g)))
-    # The tokenize host island: 57.7 ms between kernels, 57.8 ms since copies are not compute (the blank
-    # region takes in the small copy at its start).
-    assert "largest" in lines["blank"] and "57.8 ms" in lines["time"]
+    # Derived from the trace: the region runs from the end of the last compute kernel before it to the start
+    # of the next one (no kernel of this sample communicates), and takes in the small DtoD copy near its end,
+    # since copies are not compute; a tokenize range lies inside it (the host island).
+    k = np.flatnonzero(trace.kind == int(Kind.KERNEL))
+    s, e = trace.start_ns[k], trace.end_ns[k]
+    before, after = int(e[e <= g.start_ns].max()), int(s[s >= g.end_ns].min())
+    assert (before, after) == (g.start_ns, g.end_ns) and not ((s < after) & (e > before)).any()
+    assert (trace.mask(MEMCPY_KINDS) & (trace.start_ns >= before) & (trace.end_ns <= after)).any()
+    tok = np.flatnonzero((trace.start_ns >= before) & (trace.end_ns <= after))
+    assert any(trace.name(int(i)) == "tokenize" for i in tok)
+    assert "largest" in lines["blank"] and f"duration {fmt_ns(after - before)}" in lines["time"]
 
 
 def _hostile_trace():

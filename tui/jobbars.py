@@ -20,7 +20,7 @@ import numpy as np
 
 from gaplens.analysis.busy import BusySpans
 from gaplens.analysis.job.reading import JobReading
-from gaplens.analysis.job.straggler import LEAD_FLOOR_NS, LEAD_SHARE
+from gaplens.analysis.job.straggler import held_up
 
 IDLE, COMPUTE, COMM, WAIT = 0, 1, 2, 3
 GLYPHS = " █▒░"
@@ -80,8 +80,7 @@ def marks(job: JobReading, cell_edges: np.ndarray) -> str:
     cols = cell_edges.size - 1
     out = np.full(cols, " ", dtype="<U1")
     w = job.waits
-    lead_min = max(LEAD_FLOOR_NS, int(LEAD_SHARE * job.step_ns))
-    held = w.last_ns[w.lead_ns >= lead_min]
+    held = w.last_ns[held_up(w, job.step_ns)]
     for t in held.tolist():
         c = int(np.searchsorted(cell_edges, t, "right")) - 1
         if 0 <= c < cols:

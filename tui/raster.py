@@ -19,7 +19,9 @@ from enum import IntEnum
 
 import numpy as np
 
-from gaplens.loaders.model import Kind
+from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.comm import comm_mask
+from gaplens.loaders.model import Kind, Trace
 
 
 class Style(IntEnum):
@@ -30,7 +32,7 @@ class Style(IntEnum):
     GEMM = 2
     ATTENTION = 3
     ELEMENTWISE = 4
-    NCCL = 5
+    COMM = 5  # communication kernels: ``analysis.comm`` decides which
     HTOD = 6
     DTOH = 7
     DTOD = 8
@@ -112,33 +114,39 @@ _KIND_STYLE = {
     Kind.MARK: Style.ANNOTATION,
     Kind.GRAPH: Style.GRAPH,
 }
+# Compute kernels by name, for colour only (no reading depends on these families).
 _KERNEL_PATTERNS = (
-    (Style.NCCL, re.compile(r"nccl", re.I)),
     (Style.ATTENTION, re.compile(r"flash|attn|attention|fmha|sdpa|mha", re.I)),
     (Style.GEMM, re.compile(r"gemm|gemv|nvjet|cutlass|xmma|wgmma|matmul|cublas|sm\d+_.*_tn|_mm_", re.I)),
     (Style.ELEMENTWISE, re.compile(r"elementwise|vectorized|unrolled|reduce|fill|copy|index|cat|softmax|norm", re.I)),
 )
-_API_PATTERNS = (
-    (Style.SYNC, re.compile(r"synchronize|streamwait|eventquery|^cudaMemcpy(_v\d+)?$|^cuMemcpy[HD]to[HD]", re.I)),
-    (Style.LAUNCH, re.compile(r"launch", re.I)),
-)
+_LAUNCH_NAME = re.compile(r"launch", re.I)
 
 
-def event_styles(kind: np.ndarray, name_id: np.ndarray, names: list[str]) -> np.ndarray:
-    """Base style per event: kind first, then kernel and API names refine it (vectorised over names)."""
+def event_styles(trace: Trace) -> np.ndarray:
+    """Base style per event: kind first, then kernel and API names refine it (vectorised over names).
+
+    Which kernels are communication is ``analysis.comm``'s rule (its family table, ``Collective name``,
+    kernels under NCCL ranges) and which calls block the host is ``analysis.calls``'s: the viewer
+    paints what the readings count.
+    """
+    kind, name_id, names = trace.kind, trace.name_id, trace.names
     table = np.full(max(int(k) for k in Kind) + 1, int(Style.KERNEL), dtype=np.int16)
     for k, s in _KIND_STYLE.items():
         table[int(k)] = int(s)
     style = table[kind.astype(np.int64)]
     kernel_by_name = np.full(len(names) + 1, int(Style.KERNEL), dtype=np.int16)
-    api_by_name = np.full(len(names) + 1, int(Style.API), dtype=np.int16)
+    launch_by_name = np.zeros(len(names) + 1, dtype=bool)
     for i, name in enumerate(names):  # once per distinct name, not per event
         kernel_by_name[i] = next((int(s) for s, p in _KERNEL_PATTERNS if p.search(name)), int(Style.KERNEL))
-        api_by_name[i] = next((int(s) for s, p in _API_PATTERNS if p.search(name)), int(Style.API))
+        launch_by_name[i] = _LAUNCH_NAME.search(name) is not None
     is_kernel = kind == int(Kind.KERNEL)
     style[is_kernel] = kernel_by_name[name_id[is_kernel]]
+    style[comm_mask(trace)] = int(Style.COMM)
     is_api = kind == int(Kind.CUDA_API)
-    style[is_api] = api_by_name[name_id[is_api]]
+    calls = api_class(trace)
+    style[is_api] = np.where(launch_by_name[name_id[is_api]], int(Style.LAUNCH), int(Style.API))
+    style[is_api & (calls == int(Call.SYNC))] = int(Style.SYNC)
     return style
 
 

@@ -213,7 +213,7 @@ def build_model(trace: Trace) -> TimelineModel:
     dur = (trace.end_ns - trace.start_ns).astype(np.int64)
     cum = np.zeros(dur.size + 1, dtype=np.int64)
     np.cumsum(dur, out=cum[1:])
-    style = event_styles(trace.kind, trace.name_id, trace.names)
+    style = event_styles(trace)
     busy = {d.id: device_busy(trace, d.id) for d in trace.meta.devices}
     busy = {d: b for d, b in busy.items() if b.start.size}
     window = gpu_window(trace) if len(trace) else (0, 1)

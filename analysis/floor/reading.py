@@ -51,6 +51,23 @@ def latency_paced(floor_ns: float, sized_count: int) -> bool:
     return sized_count > 0 and floor_ns / sized_count < LATENCY_FLOOR_NS
 
 
+def intensity(flops: float, nbytes: float) -> float:
+    """Arithmetic intensity, FLOP per byte moved; ``inf`` when no bytes are known (no memory roof)."""
+    return flops / nbytes if nbytes else float("inf")
+
+
+def per_second(amount: float | None, ns: float | None) -> float | None:
+    """An achieved rate (FLOP/s, bytes/s): ``amount`` over ``ns`` nanoseconds; None when either is missing or 0.
+
+    The caller picks the time: a family's *sized* time (the instances whose FLOPs and bytes are known)."""
+    return amount / ns * 1e9 if amount and ns else None
+
+
+def gemv_like(row: dict) -> bool:
+    """A memory-bound family with FLOPs under ``GEMV_INTENSITY``: matrix-vector-like (a few rows per weight)."""
+    return row["bound"] == "memory" and bool(row["flops"]) and intensity(row["flops"], row["bytes"]) < GEMV_INTENSITY
+
+
 _COPY_KINDS = {
     int(Kind.MEMCPY_HTOD): "link",
     int(Kind.MEMCPY_DTOH): "link",
@@ -652,13 +669,13 @@ class FloorLever:
 
 def _lever(row: dict, spec: GpuSpec | None) -> str:
     """The lever that fits a family's bound, dtype and arithmetic intensity (FLOP per byte)."""
-    intensity = row["flops"] / row["bytes"] if row["bytes"] else float("inf")
+    ai = intensity(row["flops"], row["bytes"])
     fam = row["name"]
     eff = row["efficiency"] or 0.0
     if row["bound"] == "memory":
         if fam.startswith("Memcpy") or fam.startswith("Memset"):
             return "keep tensors on the device, pin host buffers and overlap copies with compute"
-        if row["flops"] and intensity < GEMV_INTENSITY:
+        if gemv_like(row):
             return (
                 "a matrix-vector-like GEMM reads every weight for a few rows: batch more requests/tokens per "
                 "step, or quantise the weights (fp8/int8/int4) to read fewer bytes"
@@ -667,7 +684,7 @@ def _lever(row: dict, spec: GpuSpec | None) -> str:
             peak = spec.peak_flops.get(row["dtype"] or "") if spec else None
             ridge = f" of {peak / spec.mem_bytes_per_s:.0f}" if peak and spec else ""
             text = (
-                f"at {intensity:.0f} FLOP/B it sits under the GPU's ridge{ridge}: more rows per weight read "
+                f"at {ai:.0f} FLOP/B it sits under the GPU's ridge{ridge}: more rows per weight read "
                 "(a larger batch) or a narrower dtype"
             )
             if eff < LOW_EFFICIENCY:
@@ -715,7 +732,7 @@ def floor_lever(
     spec = next((m.spec for m in f.matches.values() if m.spec), None)
     lever = _lever(top, spec)
     what = f"{top['bound']}-bound"
-    if top["bound"] == "memory" and top["flops"] and top["bytes"] and top["flops"] / top["bytes"] < GEMV_INTENSITY:
+    if gemv_like(top):
         what += ", GEMV-like"
     roof = f"{top['efficiency']:.0%} of the roof over {fmt_ns(top['sized_ns'])}"
     if latency_paced(top["floor_ns"], top["sized_kernels"]):

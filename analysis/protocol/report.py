@@ -14,7 +14,7 @@ import numpy as np
 
 from gaplens.analysis.memory import memory_rows
 from gaplens.analysis.pacing import pacing
-from gaplens.analysis.phases import family_labels, phases
+from gaplens.analysis.phases import family_pct, fold_families, phases
 from gaplens.analysis.protocol.notes import Notes, notes_markdown
 from gaplens.analysis.protocol.walk import Walkthrough
 from gaplens.analysis.smells import rollup, smells
@@ -74,23 +74,22 @@ def pacing_table(trace: Trace) -> list[str]:
     rows = pacing(trace)
     if not rows:
         return ["The trace has no annotation ranges; mark phases with NVTX or `torch.profiler.record_function`."]
-    fams: dict[tuple[int, str], list[dict]] = {}
     found = phases(trace)
-    label = family_labels(found)
-    for r, p in zip(rows, found, strict=True):
-        fams.setdefault((p.pid, label[p.name]), []).append(r)
+    fams = {key: [rows[k] for k in at] for key, at in fold_families(found).items()}
     several = len({pid for pid, _ in fams}) > 1
     lines = ["| phase | × | GPU span (median) | busy | pacing | median launch lag |", "|---|---|---|---|---|---|"]
     for k, ((pid, fam), members) in enumerate(fams.items()):
         if k == MAX_ROWS:
             lines.append(f"| … {len(fams) - MAX_ROWS} more | | | | | |")
             break
-        spans = sorted(r["end_ns"] - r["start_ns"] for r in members)
+        spans = [r["end_ns"] - r["start_ns"] for r in members]
         verdicts = [r["verdict"] for r in members]
-        verdict = max(set(verdicts), key=verdicts.count)
+        # The most common verdict; a tie goes to the one its earliest member read (a set's order, as it
+        # was, changed with the interpreter's string hashing: generate ×2 read device-paced or cpu-bound).
+        verdict = max(verdicts, key=verdicts.count)
         lags = [r["lag_ns"]["median"] for r in members if r["lag_ns"]]
         lag = fmt_ns(int(np.median(lags))) if lags else "–"
-        busy = sum(r["busy_pct"] * (r["end_ns"] - r["start_ns"]) for r in members) / max(sum(spans), 1)
+        busy = family_pct([r["busy_pct"] for r in members], spans)
         who = f"[{pid}] " if several else ""
         median = fmt_ns(int(np.median(spans)))
         st = steps(trace, pid)

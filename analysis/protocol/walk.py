@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import bound_by, busy_share, compute_busy, device_splits, gpu_window, overhead_spans
+from gaplens.analysis.busy import bound_by, busy_share, gpu_window, overhead_spans, span_busy_ns
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.phases import (
@@ -21,6 +21,8 @@ from gaplens.analysis.phases import (
     chain,
     family,
     family_labels,
+    family_pct,
+    fold_families,
     innermost,
     phases,
     phases_busy_pct,
@@ -33,6 +35,7 @@ from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
     CAUSE_WORDS,
     COMPARE_HINT,
+    MOSTLY,
     NO_GPU,
     QUESTIONS,
     STEP_TITLES,
@@ -55,8 +58,6 @@ SHARE_SHOWN = 0.005
 VIEW_MIN_PAD_NS = 1_000
 #: The profiler's own work covering a quarter of a gap is worth a warning: part of the gap is an artefact.
 PROFILER_NOTE_SHARE = 0.25
-#: A phase family whose span copies ran at least half of is "mostly copying" (the copy class's majority).
-COPYING_SHARE = 0.5
 WORKLOAD_NAMES = {"serving": "LLM serving / decode", "training": "training", "hpc": "HPC (no framework)"}
 
 
@@ -252,20 +253,20 @@ class Walkthrough:
             split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
             facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
         groups = by_process(self.phases)
-        labels = family_labels(self.phases)
-        for pid, found in groups.items():
-            fams: dict[str, list[float]] = {}
-            for p, busy in zip(found, phases_busy_pct(self.trace, found).tolist(), strict=True):
-                acc = fams.setdefault(labels[p.name], [0.0, 0.0, 0.0])
-                acc[0] += busy * p.dur_ns
-                acc[1] += p.dur_ns
-                acc[2] += self._copy_ns(p)
+        fams = fold_families(self.phases)
+        busy = phases_busy_pct(self.trace, self.phases)
+        dur = np.asarray([p.dur_ns for p in self.phases], np.int64)
+        for pid in groups:
             prefix = f"[{pid}] " if len(groups) > 1 else ""
-            for fam, (b, d, c) in list(fams.items())[:MAX_FAMILY_VERDICTS]:
-                if d > 0 and c >= COPYING_SHARE * d:  # copy_in: "mostly copying", not "mostly waiting"
-                    facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b / d:.0f}% computing")
+            mine = [(fam, at) for (p_pid, fam), at in fams.items() if p_pid == pid]
+            for fam, at in mine[:MAX_FAMILY_VERDICTS]:
+                d = int(dur[at].sum())
+                c = sum(self._copy_ns(self.phases[k]) for k in at)
+                b = family_pct(busy[at], dur[at]) if at else 0.0
+                if d > 0 and c >= MOSTLY * d:  # copy_in: "mostly copying", not "mostly waiting"
+                    facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b:.0f}% computing")
                 elif d > 0:
-                    facts.append(f"{prefix}{fam}: {busy_verdict(b / d)}")
+                    facts.append(f"{prefix}{fam}: {busy_verdict(b)}")
         for m in self.notes.phases if self.notes else []:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
                 facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
@@ -275,11 +276,10 @@ class Walkthrough:
         """Time copies ran on the phase's device inside its GPU span."""
         if p.lane < 0 or p.dur_ns <= 0:
             return 0
-        split = device_splits(self.trace).get(self.trace.lanes[p.lane].device)
-        return split.copy.busy_in(p.start_ns, p.end_ns) if split else 0
+        return span_busy_ns(self.trace, p.start_ns, p.end_ns, [self.trace.lanes[p.lane].device], "copy")
 
     def _compute_pct(self, t0: int, t1: int) -> float:
-        busy = sum(compute_busy(self.trace, d.id).busy_in(t0, t1) for d in self.share.devices)
+        busy = span_busy_ns(self.trace, t0, t1, [d.id for d in self.share.devices])
         return 100.0 * busy / max((t1 - t0) * max(len(self.share.devices), 1), 1)
 
     # ---- 4. zoom in ---------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gaplens.analysis.floor.gpuspecs import DTYPES, SpecError, default_spec_path
-from gaplens.analysis.floor.reading import floor_json, latency_paced
+from gaplens.analysis.floor.reading import floor_json, latency_paced, per_second
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
@@ -157,8 +157,8 @@ def render_text(trace: Trace, data: dict) -> str:
     ]
     for r in data["ops"][:MAX_OPS]:
         sized_ns = r["time_ns"] - r["unsized_ns"]
-        tflops = r["flops"] / (sized_ns or r["time_ns"]) * 1e9 if r["flops"] and r["time_ns"] else None
-        gbs = r["bytes"] / sized_ns * 1e9 if r["bytes"] and sized_ns else None
+        tflops = per_second(r["flops"], sized_ns or r["time_ns"])
+        gbs = per_second(r["bytes"], sized_ns)
         floor = fmt_ns(r["floor_ns"]) if r["floor_ns"] is not None else "unsized"
         lines.append(
             f"  {short_name(r['name'], 34):<34} {r['dtype'] or '—':<5} {r['count']:>6,} {fmt_ns(r['time_ns']):>10} "
