@@ -270,12 +270,6 @@ def the_gap(trace: Trace) -> Gap | None:
     return cols.gap(trace, k) if k >= 0 else None
 
 
-def largest_on_critical_path(gaps: list[Gap]) -> Gap | None:
-    """The largest of these analysed gaps that lies on the critical path."""
-    on = [g for g in gaps if g.on_critical_path]
-    return min(on, key=lambda g: (-g.dur_ns, g.start_ns)) if on else None
-
-
 def gap_json(g: Gap) -> dict:
     """One gap as the `gaplens gaps --json` contract spells it."""
     return {

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import busy_share, compute_busy, gpu_window, union
+from gaplens.analysis.busy import busy_share, gpu_window, span_busy_ns, union
 from gaplens.analysis.calls import first_calls
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.lever_changes import NO_MODEL, quotes
@@ -38,7 +38,7 @@ from gaplens.analysis.memo import per_trace
 from gaplens.analysis.regions import active_compute_pct
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_ns
-from gaplens.analysis.words import CAUSE_SMELL, KERNEL_LEVER, NO_GPU, SMELL_NAMES, WARMUP_LEVER
+from gaplens.analysis.words import CAUSE_SMELL, KERNEL_LEVER, MOSTLY, NO_GPU, SMELL_NAMES, WARMUP_LEVER
 from gaplens.loaders.model import Kind, Trace
 
 #: Compute share (of the time work was asked) above which the device paces the work: at most a
@@ -48,7 +48,7 @@ KERNEL_BOUND_PCT = 90.0
 #: host-side fix could win back less than a twentieth of the step.
 DEVICE_PACED_BLANK_SHARE = 0.05
 #: A step whose copies run alone (no compute beside them) this share of its steady time is copy-bound.
-COPY_BOUND_SHARE = 0.5
+COPY_BOUND_SHARE = MOSTLY
 
 #: The floor's op family is named as the lever only when its time above the floor is this share of the
 #: steady time: the same twentieth that makes host-side blank time worth a lever.
@@ -291,7 +291,7 @@ def _compute_pct(trace: Trace, st: Steps, cols: GapColumns) -> float:
         return active_compute_pct(trace)
     devs = [d.id for d in trace.meta.devices]
     spans = [st.spans[k] for k in st.steady]
-    busy = sum(compute_busy(trace, d).busy_in(a, b) for d in devs for a, b in spans)
+    busy = sum(span_busy_ns(trace, a, b, devs) for a, b in spans)
     s0, s1 = union(np.asarray([a for a, _ in spans], np.int64), np.asarray([b for _, b in spans], np.int64))
     w0, w1 = gpu_window(trace)  # before the first and after the last GPU op nothing was asked of the device
     s0, s1 = np.clip(s0, w0, w1), np.clip(s1, w0, w1)

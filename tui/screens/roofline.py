@@ -28,7 +28,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from gaplens.analysis.floor.gpuspecs import DTYPES, GpuSpec
-from gaplens.analysis.floor.reading import floors, op_rows
+from gaplens.analysis.floor.reading import floors, intensity, op_rows, per_second
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.screens.tables import cell, fill
@@ -59,8 +59,8 @@ def plot(rows: list[dict], spec: GpuSpec | None, width: int = PLOT_W, height: in
     """The roofline in character cells: roofs per dtype, the memory slope, the families as ranked points."""
     pts = [(k, r) for k, r in enumerate(rows, 1) if r["flops"] and r["bytes"] and r["sized_ns"] > 0][:MAX_POINTS]
     peaks = sorted(spec.peak_flops.items(), key=lambda kv: -kv[1]) if spec else []
-    xs = [_log(r["flops"] / r["bytes"]) for _, r in pts]
-    ys = [_log(r["flops"] / r["sized_ns"] * 1e9) for _, r in pts]
+    xs = [_log(intensity(r["flops"], r["bytes"])) for _, r in pts]
+    ys = [_log(per_second(r["flops"], r["sized_ns"]) or 0.0) for _, r in pts]
     if spec:
         xs += [_log(p / spec.mem_bytes_per_s) for _, p in peaks]
         ys += [_log(p) for _, p in peaks]
@@ -212,9 +212,10 @@ class RooflineScreen(Screen[int | None]):
         out = []
         for k, r in enumerate(self.rows[:MAX_TABLE], 1):
             sized = r["sized_ns"]
-            ai = f"{r['flops'] / r['bytes']:,.1f}" if r["flops"] and r["bytes"] else "—"
-            tf = f"{r['flops'] / sized * 1e9 / 1e12:,.1f}" if r["flops"] and sized else "—"
-            gbs = f"{r['bytes'] / sized:,.1f}" if r["bytes"] and sized else "—"
+            ai = f"{intensity(r['flops'], r['bytes']):,.1f}" if r["flops"] and r["bytes"] else "—"
+            flops_s, bytes_s = per_second(r["flops"], sized), per_second(r["bytes"], sized)
+            tf = f"{flops_s / 1e12:,.1f}" if flops_s else "—"
+            gbs = f"{bytes_s / 1e9:,.1f}" if bytes_s else "—"
             eff = f"{r['efficiency']:.0%}" if r["efficiency"] is not None else "unsized"
             out.append(
                 (
