@@ -195,7 +195,7 @@ def build_graph(trace: Trace) -> Graph:
         pos = np.empty(n, dtype=np.int64)
         pos[g] = np.arange(g.size)
         wait_src[pos[dst]] = src
-    _infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
+    infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
     wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
 
     use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
@@ -233,7 +233,7 @@ def build_graph(trace: Trace) -> Graph:
     return Graph(n, pred, edge, node_t, ops, binding, blocking, awaited)
 
 
-def _infer_waits(trace: Trace, g: np.ndarray, known_t: np.ndarray, wait_src: np.ndarray) -> None:
+def infer_waits(trace: Trace, g: np.ndarray, known_t: np.ndarray, wait_src: np.ndarray) -> None:
     """Cross-stream waits the trace did not record, inferred in place into ``wait_src``.
 
     An op that started long after both its stream predecessor and its launch, within

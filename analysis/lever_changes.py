@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.floor.reading import gpu_matches
+from gaplens.analysis.levers import copy_kinds, launches, per_step
+from gaplens.analysis.steps import steps
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.whatif import NO_GAIN_SHARE, Change, whatif
 from gaplens.loaders.model import Kind, Trace
@@ -97,8 +101,6 @@ def changes_for(trace: Trace, group: str, copies: list[int] | None = None) -> tu
 def launch_change(trace: Trace) -> Change:
     """``--graph step`` where the steps can be captured and the trace does not replay graphs already, else
     ``--remove launch`` (what fusing kernels or a graph of the launch loop alone takes away)."""
-    from gaplens.analysis.levers import launches
-    from gaplens.analysis.steps import steps
 
     if steps(trace) and not launches(trace).graphed and capturable(trace):
         return Change("graph", "step")
@@ -118,8 +120,6 @@ def pinned_scale(trace: Trace, copies: list[int] | None = None) -> Change | None
     """``--scale`` of the pageable copies to what pinned memory would take: each copy's bytes over
     ``PINNED_LINK_SHARE`` of the spec's host link, against its measured time (the median ratio over the
     copies of the most costly pageable name). None when no copy is pageable or the link is unknown."""
-    from gaplens.analysis.floor.reading import gpu_matches
-    from gaplens.analysis.levers import copy_kinds
 
     kinds = [k for k in copy_kinds(trace, copies) if k.lever_key in ("pageable", "dtoh") and k.src and k.dst]
     if not kinds:
@@ -158,8 +158,6 @@ def quote(trace: Trace, group: str, copies: list[int] | None = None) -> Quote:
 
 def allocator_off(trace: Trace) -> bool:
     """Device allocations as many as ``ALLOCATOR_OFF_SHARE`` of the kernel launches: every op allocates."""
-    from gaplens.analysis.calls import Call, api_class
-    from gaplens.analysis.levers import per_step
 
     cls = api_class(trace)
     names = trace.names

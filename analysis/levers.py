@@ -25,7 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.phases import phases
+from gaplens.analysis.steps import family, step_of, steps
+from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import COMM_LEVER, lever
 from gaplens.loaders.model import Kind, Trace
 
@@ -269,7 +273,6 @@ def graph_lever(trace: Trace, workload: str, base: str) -> str:
     already says so)."""
     if workload == "serving":
         return base
-    from gaplens.analysis.calls import Call, api_class
 
     per, _ = per_step(trace, np.flatnonzero(api_class(trace) == Call.LAUNCH))
     return GRAPH_STEP_LEVER.format(launches=f"{per:,.0f}")
@@ -294,7 +297,6 @@ SYNC_LOOP_LEVER = (
 def per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
     """How many of the events ``idx`` fall in a steady step, per steady step, and the unit ("per step" /
     "per decode_step"); over the whole trace ("in the trace") without steps."""
-    from gaplens.analysis.steps import step_of, steps
 
     st = steps(trace)
     if not st or not st.steady:
@@ -307,7 +309,6 @@ def per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
 
 def _calls_text(trace: Trace, idx: np.ndarray) -> str:
     """``cudaFree ×12, cudaMalloc ×12 per train_step (3.1 ms)``: the calls by name, most time first."""
-    from gaplens.analysis.units import fmt_ns
 
     if idx.size == 0:
         return ""
@@ -328,14 +329,12 @@ SYNC_LOOP_MIN = 2
 
 
 def _syncs_per_step(trace: Trace) -> float:
-    from gaplens.analysis.calls import Call, api_class
 
     return per_step(trace, np.flatnonzero(api_class(trace) == Call.SYNC))[0]
 
 
 def alloc_lever(trace: Trace, workload: str) -> str:
     """The allocation lever, naming the memory the trace allocates and its calls per step."""
-    from gaplens.analysis.calls import Call, api_class
 
     idx = np.flatnonzero(api_class(trace) == Call.ALLOC)
     names = {trace.names[int(i)].lower() for i in np.unique(trace.name_id[idx]).tolist()}
@@ -348,7 +347,6 @@ def alloc_lever(trace: Trace, workload: str) -> str:
 def sync_lever(trace: Trace, workload: str = "generic") -> str:
     """The synchronisation lever, naming the synchronising calls and how often they run per step (a program
     without a framework keeps the CUDA runtime's words)."""
-    from gaplens.analysis.calls import Call, api_class
 
     base = lever("sync_cliff", "hpc") if workload == "hpc" else SYNC_LOOP_LEVER
     idx = np.flatnonzero(api_class(trace) == Call.SYNC)
@@ -365,8 +363,6 @@ PHASE_HOLDS_SHARE = 0.8
 def _phase_holding(trace: Trace, idx: np.ndarray) -> str:
     """The deepest phase family (the user's ranges, ``analysis.phases``) holding ``PHASE_HOLDS_SHARE`` of the
     events ``idx`` on the host, or "" when none does."""
-    from gaplens.analysis.phases import phases
-    from gaplens.analysis.steps import family
 
     if idx.size == 0:
         return ""

@@ -25,8 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import union
+from gaplens.analysis.busy import gpu_work, union
+from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.critical_path import graph, infer_waits
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.waits import latest_event_waits
 from gaplens.loaders.model import Trace
 
 #: "minus infinity" for int64 times: far below any trace time, far from overflow when added to.
@@ -71,10 +74,6 @@ class Base:
 
 @per_trace
 def graph_base(trace: Trace) -> Base:
-    from gaplens.analysis.busy import gpu_work
-    from gaplens.analysis.calls import Call, api_class
-    from gaplens.analysis.critical_path import _infer_waits, graph
-    from gaplens.analysis.waits import latest_event_waits
 
     start, end = trace.start_ns, trace.end_ns
     ops = gpu_work(trace)
@@ -113,7 +112,7 @@ def graph_base(trace: Trace) -> Base:
         wsrc[pos[dst]] = pos[src]
     if g.size:
         inferred = np.where(wsrc >= 0, g[np.maximum(wsrc, 0)], -1)
-        _infer_waits(trace, g, np.maximum(pe, arrive), inferred)
+        infer_waits(trace, g, np.maximum(pe, arrive), inferred)
         wsrc = np.where(inferred >= 0, pos[np.maximum(inferred, 0)], -1)
     w_end = np.where(wsrc >= 0, e[np.maximum(wsrc, 0)], NEG)
     wov = np.where(w_end > s, w_end - s, 0)

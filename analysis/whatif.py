@@ -38,8 +38,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.busy import gpu_window
+from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.phases import marker_clock
 from gaplens.analysis.replay import Base, Deleted, Replay, exit_lookup, graph_base, run_replay, subtract
 from gaplens.analysis.steps import Steps, steps
+from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.whatif_changes import (
     GRAPH_LAUNCH_NS_PER_NODE,
     GRAPH_NODE_GAP_NS,
@@ -220,8 +224,6 @@ def whatif(trace: Trace, changes: list[Change]) -> dict:
     Step times are the step owner's (``analysis.steps``: each step range as CUDA events recorded
     at its start and end time it); each step also carries its host span, before and after.
     """
-    from gaplens.analysis.busy import gpu_window
-    from gaplens.analysis.phases import marker_clock
 
     rp, described = replay(trace, changes)
     b = rp.base
@@ -295,7 +297,6 @@ def whatif(trace: Trace, changes: list[Change]) -> dict:
 
 
 def _notes(rp, described, mw, pw, m_med, p_med, label) -> list[str]:
-    from gaplens.analysis.units import fmt_ns
 
     notes = list(rp.notes)
     gain = (m_med - p_med) if m_med is not None and p_med is not None else mw - pw
@@ -401,7 +402,6 @@ def _assumed(d: dict) -> list[str]:
 
 
 def fmt_graph(d: dict) -> str:
-    from gaplens.analysis.units import fmt_ns
 
     per = d["graph_launch_ns"] // max(d["graphs"], 1)
     return f"{fmt_ns(per)} of host time each, {GRAPH_LAUNCH_NS_PER_NODE} ns a node"
@@ -409,7 +409,6 @@ def fmt_graph(d: dict) -> str:
 
 def _comm_note(trace: Trace, rp: Replay) -> list[str]:
     """Collectives moved by the change keep their recorded length: how long they waited is the peers' affair."""
-    from gaplens.analysis.comm import comm_mask
 
     b = rp.base
     if b.g.size == 0:

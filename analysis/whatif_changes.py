@@ -9,8 +9,15 @@ import re
 
 import numpy as np
 
-from gaplens.analysis.busy import union
+from gaplens.analysis.busy import compute_mask, union
+from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.causes import INPUT_PIPELINE
+from gaplens.analysis.gaps import CAUSES, gap_columns
+from gaplens.analysis.phases import phases
 from gaplens.analysis.replay import Base
+from gaplens.analysis.smells import ISLAND_MIN_NS, ISLAND_STEP_SHARE
+from gaplens.analysis.steps import steps
+from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Kind, Trace
 
 #: Causes whose blocking calls of this class stop waiting where they overlap the cause's regions.
@@ -45,8 +52,6 @@ def match_glob(trace: Trace, g: np.ndarray, glob: str) -> np.ndarray:
 def island_min_ns(trace: Trace) -> int:
     """The host-island smell's own bound (``analysis.smells``): a host gap shorter than this between two
     launches is the launch loop's per-op overhead (Python, dispatch), not an island."""
-    from gaplens.analysis.smells import ISLAND_MIN_NS, ISLAND_STEP_SHARE
-    from gaplens.analysis.steps import steps
 
     return max(int(ISLAND_STEP_SHARE * steps(trace).step_ns), ISLAND_MIN_NS)
 
@@ -59,7 +64,6 @@ def regions_of(trace: Trace, cols, cause: str, every: bool = False) -> np.ndarra
     graph or a fused kernel takes away with the launches). ``sync`` and ``copy``: the regions of that cause.
     ``every``: host-cause regions of every size (the guided reading's "host work" group).
     """
-    from gaplens.analysis.gaps import CAUSES
 
     if every and cause == "host":
         return np.flatnonzero(cols.cause == CAUSES.index("host"))
@@ -77,7 +81,6 @@ def _region_host_time(trace: Trace, b: Base, cols, sel: np.ndarray):
     """(threads, starts, ends) of the launching threads' time in the regions ``sel``, each from the region's
     start until the next op's launch handed it over (copy/sync calls enqueue at entry; launches when they
     return); and how many regions had no traced launching thread."""
-    from gaplens.analysis.calls import Call, api_class
 
     nxt = cols.next_op[sel]
     call = np.where(nxt >= 0, trace.launch[np.maximum(nxt, 0)], -1)
@@ -97,7 +100,6 @@ def _until_launching_op(trace: Trace, b: Base, th: np.ndarray, g0: np.ndarray, g
     thread is making the next op (a compiled or graphed call's own host overhead, the dispatcher), which no
     fix of the island takes away (``--remove host`` keeps it). The user's ranges do not cut: a step range
     that begins inside an island marks time, it does no work."""
-    from gaplens.analysis.calls import Call, api_class
 
     if th.size == 0:
         return g1
@@ -122,7 +124,6 @@ def _until_launching_op(trace: Trace, b: Base, th: np.ndarray, g0: np.ndarray, g
 
 def _calls_of(trace: Trace, b: Base, cls_: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(threads, starts, ends) of every API call of class ``cls_`` on a traced host thread."""
-    from gaplens.analysis.calls import api_class
 
     idx = np.flatnonzero(api_class(trace) == cls_)
     idx = idx[b.thread[idx] >= 0]
@@ -132,8 +133,6 @@ def _calls_of(trace: Trace, b: Base, cls_: int) -> tuple[np.ndarray, np.ndarray,
 def _pipeline_time(trace: Trace, b: Base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(threads, starts, ends) of the input pipeline inside the steps: the step thread waiting for (or
     making) its next batch (``analysis.causes.INPUT_PIPELINE``: a DataLoader's ``__next__``)."""
-    from gaplens.analysis.causes import INPUT_PIPELINE
-    from gaplens.analysis.steps import steps
 
     ids = [i for i, nm in enumerate(trace.names) if INPUT_PIPELINE.search(nm)]
     st = steps(trace)
@@ -152,7 +151,6 @@ def _pipeline_time(trace: Trace, b: Base) -> tuple[np.ndarray, np.ndarray, np.nd
 def _off_stream_copies(trace: Trace, b: Base, cols, sel: np.ndarray) -> np.ndarray:
     """Positions in ``b.g`` of host<->device copies inside the regions ``sel`` that sit on a stream which also
     runs compute: ``--remove copy`` takes them out of that stream's order (prefetched on a side stream)."""
-    from gaplens.analysis.busy import compute_mask
 
     out = np.zeros(b.g.size, dtype=bool)
     if sel.size == 0 or b.g.size == 0:
@@ -169,8 +167,6 @@ def _off_stream_copies(trace: Trace, b: Base, cols, sel: np.ndarray) -> np.ndarr
 def removal(trace: Trace, b: Base, cause: str, every: bool = False):
     """(threads, starts, ends) of host time to take off, a description, the blocking calls that stop waiting,
     and the GPU ops (positions in ``b.g``) that leave their stream's order."""
-    from gaplens.analysis.calls import Call, api_class
-    from gaplens.analysis.gaps import gap_columns
 
     cols = gap_columns(trace)
     sel = regions_of(trace, cols, cause, every)
@@ -233,7 +229,6 @@ def removal(trace: Trace, b: Base, cause: str, every: bool = False):
 def graph_instances(trace: Trace, b: Base, target: str):
     """``--graph TARGET``: the host time inside each instance to take off, a description, and the GPU ops
     (positions in ``b.g``) launched inside an instance. ValueError when TARGET names nothing or synchronises."""
-    from gaplens.analysis.units import fmt_ns
 
     spans, pid, label = _instances(trace, target)
     if not spans:
@@ -299,8 +294,6 @@ def graph_instances(trace: Trace, b: Base, target: str):
 def _instances(trace: Trace, target: str) -> tuple[list[tuple[int, int]], int | None, str]:
     """Host spans of the instances ``--graph`` captures: the step owner's steps for ``step``, else the phases
     named ``target`` (whole name) or of the family ``target`` (``decode_step`` for ``decode_step 12``)."""
-    from gaplens.analysis.phases import phases
-    from gaplens.analysis.steps import steps
 
     if target == "step":
         st = steps(trace)
