@@ -226,9 +226,11 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
 def _waited_ns(trace: Trace, cls: np.ndarray) -> np.ndarray:
     """Per event: how long a synchronising or memory-management call waited for the device (0 otherwise).
 
-    The wait is from the call's start to the end of the latest GPU op that ended inside it: the device
-    drained while the host sat in the call (``cudaFree`` synchronises the device as ``cudaDeviceSynchronize``
-    does). A call inside which no op ended waited on nothing.
+    The wait is from the call's start to the end of the latest GPU op of the call's own process (launched
+    by one of its threads; an op with no recorded launch counts for every process) that ended inside it:
+    the device drained while the host sat in the call (``cudaFree`` synchronises the device as
+    ``cudaDeviceSynchronize`` does). A call inside which no such op ended waited on nothing: another
+    rank's kernel ending meanwhile (two processes in one nsys report) is not this call's wait.
     """
     from gaplens.analysis.busy import gpu_work
 
@@ -237,11 +239,18 @@ def _waited_ns(trace: Trace, cls: np.ndarray) -> np.ndarray:
     ops = gpu_work(trace)
     if calls.size == 0 or ops.size == 0:
         return out
-    ends = np.sort(trace.end_ns[ops])
-    k = np.searchsorted(ends, trace.end_ns[calls], "right") - 1
-    last = ends[np.maximum(k, 0)]
-    ok = (k >= 0) & (last > trace.start_ns[calls])
-    out[calls[ok]] = (last - trace.start_ns[calls])[ok]
+    lane_pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)
+    call_pid = lane_pid[trace.lane[calls]]
+    op_pid = np.where(trace.launch[ops] >= 0, lane_pid[trace.lane[np.maximum(trace.launch[ops], 0)]], -1)
+    for pid in np.unique(call_pid).tolist():  # per process (one, or a rank each in a job's report)
+        mine = calls[call_pid == pid]
+        ends = np.sort(trace.end_ns[ops[(op_pid == pid) | (op_pid == -1)]])
+        if ends.size == 0:
+            continue
+        k = np.searchsorted(ends, trace.end_ns[mine], "right") - 1
+        last = ends[np.maximum(k, 0)]
+        ok = (k >= 0) & (last > trace.start_ns[mine])
+        out[mine[ok]] = (last - trace.start_ns[mine])[ok]
     return out
 
 

@@ -343,3 +343,31 @@ def test_thread_copy_without_a_device_copy_names_the_calls():
     g = _only(analyse_gaps(b.trace()))
     assert g.cause == "copy" and g.shares["copy"] == pytest.approx(790 / 900, abs=1e-3)
     assert g.message.startswith("the launching thread sat in copy calls: copy 790 µs")
+
+
+def test_another_process_kernel_ending_inside_a_sync_is_not_its_wait():
+    """Two ranks in one report: process 100's sync (its own k1 ended long before it began) sits in the call
+    while process 200's kernel kB ends inside it. The sync waited on nothing of its own, so the host work
+    after it is host; counting kB would have made 1010..1715 run-ahead (sync ~70% of the region).
+
+    pid 100  [k1 call][cudaStreamSynchronize 300..1010][python 1010..1990][k2 call 2000..2010]
+    pid 200        [kB call]
+    stream7    █ k1 12..100                                                        █ k2 2020..2100
+    stream9 (GPU 0, pid 200's)   ████████ kB 40..1005
+    """
+    from gaplens.loaders.model import Kind as K
+    from gaplens.loaders.model import LaneKind
+
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k1")
+    b.call(300, 1_010, "cudaStreamSynchronize")
+    b.cpu(1_010, 1_990, "python_work")
+    b.launch(2_000, 2_010, 2_020, 2_100, name="k2")
+    b.corr += 1
+    b.cols.add((LaneKind.CUDA_API, 200, 200), 20, 30, "cudaLaunchKernel", K.CUDA_API, b.corr)
+    b.cols.add((LaneKind.STREAM, 0, 9), 40, 1_005, "kB", K.KERNEL, b.corr)
+    gaps = [g for g in analyse_gaps(b.trace()) if g.start_ns >= 1_005]
+    g = _only(gaps)
+    assert (g.start_ns, g.end_ns) == (1_005, 2_020)
+    assert "sync" not in g.shares or g.shares["sync"] < 0.01  # 1005..1010 inside the call only
+    assert g.cause == "host"
