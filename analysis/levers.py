@@ -366,7 +366,7 @@ def _phase_holding(trace: Trace, idx: np.ndarray) -> str:
     """The deepest phase family (the user's ranges, ``analysis.phases``) holding ``PHASE_HOLDS_SHARE`` of the
     events ``idx`` on the host, or "" when none does."""
     from gaplens.analysis.phases import phases
-    from gaplens.analysis.steps import family
+    from gaplens.analysis.step_names import family
 
     if idx.size == 0:
         return ""

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import union
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.spans import union
 from gaplens.loaders.model import Trace
 
 #: "minus infinity" for int64 times: far below any trace time, far from overflow when added to.

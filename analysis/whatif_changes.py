@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 
-from gaplens.analysis.busy import union
 from gaplens.analysis.replay import Base
+from gaplens.analysis.spans import union
 from gaplens.loaders.model import Kind, Trace
 
 #: Causes whose blocking calls of this class stop waiting where they overlap the cause's regions.
