@@ -9,7 +9,7 @@ Never a per-stream sum: two overlapping streams are busy once, not twice.
 Busy splits into three classes (DESIGN.md § Three classes of GPU work): communication
 (``analysis.comm``), copies (memcpy and memset, ``COPY_KINDS``) and compute (every other kernel,
 CUDA-graph boxes included). ``busy_share`` is the one place that turns these into the numbers every
-screen and command prints; ``bound_by`` says which class a stretch of time was spent in.
+screen and command prints; ``analysis.regions.bound_by`` says which class a stretch of time was spent in.
 """
 
 from __future__ import annotations
@@ -18,65 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.words import MOSTLY
+from gaplens.analysis.spans import BusySpans
 from gaplens.loaders.model import GPU_WORK_KINDS, MEMCPY_KINDS, Kind, Trace
 
 #: GPU work that moves or fills memory: the copy class.
 COPY_KINDS = (*MEMCPY_KINDS, Kind.MEMSET)
-
-
-def union(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Merge intervals into sorted, disjoint [start, end) spans (vectorised)."""
-    if start.size == 0:
-        return start.astype(np.int64), end.astype(np.int64)
-    order = np.argsort(start, kind="stable")
-    s, e = start[order].astype(np.int64), end[order].astype(np.int64)
-    reach = np.maximum.accumulate(e)
-    # A new span begins where the start is past everything seen so far.
-    new = np.empty(s.size, dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    idx = np.flatnonzero(new)
-    ends = np.concatenate((reach[idx[1:] - 1], reach[-1:]))
-    return s[idx], ends
-
-
-def clip_total(span_start: np.ndarray, span_end: np.ndarray, t0: int, t1: int) -> int:
-    """Total length of disjoint spans inside [t0, t1)."""
-    if span_start.size == 0 or t1 <= t0:
-        return 0
-    s = np.clip(span_start, t0, t1)
-    e = np.clip(span_end, t0, t1)
-    return int((e - s).sum())
-
-
-class BusySpans:
-    """Disjoint busy spans of one device, with prefix sums for O(log n) window queries."""
-
-    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
-        self.start, self.end = union(start, end)
-        self.cum = np.concatenate(([0], np.cumsum(self.end - self.start)))
-
-    def busy_before(self, t: np.ndarray | int) -> np.ndarray:
-        """B(t): busy time in (-inf, t); vectorised over t."""
-        t = np.asarray(t, dtype=np.int64)
-        if self.start.size == 0:  # no GPU work at all (CPU-only or broken capture)
-            return np.zeros(t.shape, dtype=np.int64)
-        k = np.searchsorted(self.start, t, "right")  # spans starting at or before t
-        partial = np.where(k > 0, np.minimum(t, self.end[np.maximum(k - 1, 0)]) - self.start[np.maximum(k - 1, 0)], 0)
-        full = self.cum[np.maximum(k - 1, 0)]
-        return np.where(k > 0, full + partial, 0)
-
-    def busy_in(self, t0: int, t1: int) -> int:
-        if t1 <= t0:
-            return 0
-        b = self.busy_before(np.asarray([t0, t1]))
-        return int(b[1] - b[0])
-
-    @property
-    def total(self) -> int:
-        return int(self.cum[-1])
 
 
 def gpu_work(trace: Trace, device: int | None = None) -> np.ndarray:
@@ -120,16 +68,12 @@ def copy_mask(trace: Trace) -> np.ndarray:
 
 def compute_mask(trace: Trace) -> np.ndarray:
     """Per event: True for compute, GPU work that is neither communication nor a copy."""
-    from gaplens.analysis.comm import comm_mask
-
     return trace.mask(GPU_WORK_KINDS) & ~comm_mask(trace) & ~copy_mask(trace)
 
 
 @per_trace
 def device_splits(trace: Trace) -> dict[int, Split]:
     """Split per device (cached while the trace lives)."""
-    from gaplens.analysis.comm import comm_mask
-
     comm = comm_mask(trace)
     copies = copy_mask(trace)
     dev = trace.device_of_event()
@@ -344,98 +288,3 @@ def copy_breakdown(trace: Trace, t0: int, t1: int, device: int | None = None) ->
         label = copy_label(trace, i)
         out[label] = out.get(label, 0) + int(d)
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
-
-
-@dataclass(frozen=True)
-class Bound:
-    """Which class of GPU work a stretch of time was spent in (DESIGN.md § Three classes of GPU work).
-
-    ``verdict``: ``compute`` (the device computes and paces the work), ``copy`` (copies not hidden under
-    compute fill most of the busy time: copy-bound), ``comm`` (communication not hidden under compute or
-    copies: waiting for peers), ``waiting`` (busy less than half the asked time: ``words.MOSTLY``),
-    ``none`` (nothing was asked).
-    """
-
-    verdict: str
-    asked_ns: int  # the span summed over devices, less the idle time (nothing asked)
-    busy_ns: int
-    compute_ns: int
-    copy_only_ns: int  # copies not overlapped by compute
-    comm_only_ns: int  # communication not overlapped by compute or copies
-    copies: dict[str, int]  # copy time by direction and memory kind
-
-    def pct(self, part: int) -> float:
-        return pct(part, self.asked_ns)
-
-    @property
-    def words(self) -> str:
-        """One line: ``copy-bound: 90% of the asked time in copies not hidden by compute (HtoD pageable 84 ms)``."""
-        from gaplens.analysis.units import fmt_ns
-
-        if self.verdict == "none":
-            return "nothing was asked of the device"
-        if self.verdict == "waiting":
-            return f"mostly waiting: busy {self.pct(self.busy_ns):.0f}% of the time work was asked"
-        if self.verdict == "copy":
-            kinds = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(self.copies.items())[:3])
-            return (
-                f"copy-bound: {self.pct(self.copy_only_ns):.0f}% of the time work was asked went to copies not "
-                f"hidden by compute ({kinds}); compute {self.pct(self.compute_ns):.0f}%"
-            )
-        if self.verdict == "comm":
-            return (
-                f"communication-bound: {self.pct(self.comm_only_ns):.0f}% of the time work was asked the device only "
-                f"communicated (waiting for peers counts as waiting); compute {self.pct(self.compute_ns):.0f}%"
-            )
-        return f"compute-bound: {self.pct(self.compute_ns):.0f}% of the time work was asked the device computed"
-
-
-def bound_by(
-    trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, exclude_idle: bool = True
-) -> Bound:
-    """Is a step or window compute-, copy- or communication-bound, or mostly waiting?
-
-    Over ``window`` (default: each device's GPU window) on ``device`` (default: all, summed), less the
-    idle time (nothing asked) when ``exclude_idle``. When the device was busy at least
-    half of that time (``words.MOSTLY``), the verdict is the class with the most exclusive time: compute,
-    then copies not under compute, then communication under neither. Density and pacing verdicts use this.
-    """
-    from gaplens.analysis.regions import regions
-
-    splits = device_splits(trace)
-    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    asked = busy = compute = copy_only = comm_only = 0
-    copies: dict[str, int] = {}
-    for dev in devices:
-        sp = splits.get(dev)
-        if sp is None:
-            continue
-        w0, w1 = window if window is not None else gpu_window(trace, dev)
-        if w1 <= w0:
-            continue
-        span = w1 - w0
-        if exclude_idle:
-            reg = regions(trace, dev, (w0, w1))
-            span -= int((reg.end_ns[reg.idle] - reg.start_ns[reg.idle]).sum())
-        asked += max(span, 0)
-        b = sp.busy.busy_in(w0, w1)
-        k = sp.compute.busy_in(w0, w1)
-        with_copy = BusySpans(*_cat(sp.compute, sp.copy)).busy_in(w0, w1)
-        busy += b
-        compute += k
-        copy_only += with_copy - k
-        comm_only += b - with_copy
-        for label, ns in copy_breakdown(trace, w0, w1, dev).items():
-            copies[label] = copies.get(label, 0) + ns
-    copies = dict(sorted(copies.items(), key=lambda kv: -kv[1]))
-    if asked <= 0:
-        verdict = "none"
-    elif busy < MOSTLY * asked:
-        verdict = "waiting"
-    else:
-        verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]
-    return Bound(verdict, asked, busy, compute, copy_only, comm_only, copies)
-
-
-def _cat(a: BusySpans, b: BusySpans) -> tuple[np.ndarray, np.ndarray]:
-    return np.concatenate((a.start, b.start)), np.concatenate((a.end, b.end))

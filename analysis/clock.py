@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import MOSTLY
@@ -72,7 +73,6 @@ def clock_check(trace: Trace) -> ClockCheck | None:
     # they end, however long ago it was launched: a host running 120 ms ahead of a busy device is
     # queueing, and the few-microsecond gaps a stream shows between a copy and a kernel do not
     # make those ops "launched onto an idle stream".
-    from gaplens.analysis.critical_path import Edge, graph
 
     binding = graph(trace).binding[ops]
     lane = trace.lane[ops]

@@ -28,8 +28,8 @@ import re
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.spans import BusySpans
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: The families of collective and point-to-point kernels: (family, pattern, where the names come from).

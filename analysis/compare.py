@@ -35,6 +35,7 @@ from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import steps
 from gaplens.analysis.summary import summary
+from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace, TraceError
 
 #: Below this relative change a blank region "stayed about the same".
@@ -423,8 +424,6 @@ def _gap_verdict(rb: Reading, ra: Reading) -> dict:
 
 
 def _verdict(out: dict) -> str:
-    from gaplens.analysis.units import fmt_ns
-
     g = out["gap"]
     parts = []
     if g["outcome"] in ("shrank", "grew", "about the same"):

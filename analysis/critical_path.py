@@ -30,8 +30,9 @@ from enum import IntEnum
 
 import numpy as np
 
-from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.busy import copy_mask, gpu_window, gpu_work
 from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.waits import latest_event_waits
 from gaplens.loaders.model import Trace
@@ -104,15 +105,11 @@ class CriticalPath:
 
     def comm_side(self, trace: Trace) -> np.ndarray:
         """Mask of segments where the path ran through a communication kernel."""
-        from gaplens.analysis.comm import comm_mask
-
         ev = self.seg_event
         return (self.seg_kind == Seg.DEVICE) & (ev >= 0) & comm_mask(trace)[np.maximum(ev, 0)]
 
     def copy_side(self, trace: Trace) -> np.ndarray:
         """Mask of segments where the path ran through a copy or memset on the device."""
-        from gaplens.analysis.busy import copy_mask
-
         ev = self.seg_event
         return (self.seg_kind == Seg.DEVICE) & (ev >= 0) & copy_mask(trace)[np.maximum(ev, 0)]
 
@@ -334,8 +331,6 @@ def _latest_before(group_src: np.ndarray, t_src: np.ndarray, group_q: np.ndarray
 
 def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> CriticalPath:
     """The critical path through ``window`` (default: first to last GPU activity)."""
-    from gaplens.analysis.busy import gpu_window
-
     gr = graph(trace)
     w0, w1 = window if window is not None else gpu_window(trace)
     empty = np.empty(0, np.int64)

@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaplens.analysis.critical_path import critical_path
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.phases import phases
 from gaplens.analysis.regions import Regions, regions
 from gaplens.loaders.model import Trace, TraceError
 
@@ -188,7 +190,6 @@ def _default_columns(trace: Trace) -> GapColumns:
 
 def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapColumns:
     from gaplens.analysis.causes import classify, next_compute_ops
-    from gaplens.analysis.critical_path import critical_path
 
     if len(reg) == 0:
         return _empty()
@@ -240,8 +241,6 @@ def analyse_gaps(
 
 def phase_windows(trace: Trace, phase: str) -> list[tuple[int, int]]:
     """GPU spans of every phase with this name (a name can repeat: ``transfer`` in each step)."""
-    from gaplens.analysis.phases import phases
-
     return [(p.start_ns, p.end_ns) for p in phases(trace) if p.name == phase and p.end_ns > p.start_ns]
 
 

@@ -28,7 +28,8 @@ import numpy as np
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import phases
-from gaplens.analysis.steps import family, step_of, steps
+from gaplens.analysis.step_names import family
+from gaplens.analysis.steps import step_of, steps
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import COMM_LEVER, lever
 from gaplens.loaders.model import Kind, Trace

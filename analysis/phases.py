@@ -18,7 +18,7 @@ GPU span: its phases are host-only (device None, lane -1, the host span).
 
 Library ranges (NCCL's NVTX domain, c10d ``nccl:*`` record_functions, cuBLAS/cuDNN/TensorRT
 domains) and PyTorch's own markers (``PYTORCH_MARKERS``) stay visible as rows but are not phases.
-``family`` (``analysis.steps``) folds repeated names for display.
+``family`` (``analysis.step_names``) folds repeated names for display.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ import numpy as np
 
 from gaplens.analysis.busy import compute_busy, gpu_work
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.steps import PROFILER_STEP
-from gaplens.analysis.steps import family as family  # display folding: one count pattern (steps.NUMBERED)
+from gaplens.analysis.step_names import PROFILER_STEP
+from gaplens.analysis.step_names import family as family  # display folding: one count pattern (step_names.NUMBERED)
+from gaplens.analysis.waits import event_wait_rows
 from gaplens.loaders.model import Kind, Trace, segmented_max
 
 #: PyTorch's own automatic markers (DESIGN.md, *Phases*): rows, never phases. Real names:
@@ -48,7 +49,7 @@ PYTORCH_MARKERS = (
     r"DistributedDataParallel\..*",
     r"autograd::.*",
     r"## .* ##",
-    PROFILER_STEP.pattern.strip("^$"),  # the step marker (one pattern, analysis.steps)
+    PROFILER_STEP.pattern.strip("^$"),  # the step marker (one pattern, analysis.step_names)
     r"PyTorch Profiler.*",
     r"Torch-Compiled Region.*",
     r"CompiledFunction.*",
@@ -211,8 +212,6 @@ def _waits(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     when that op started, if it started later than its launch and its stream's earlier work allow
     (held by the wait); a wait that held nothing adds nothing.
     """
-    from gaplens.analysis.waits import event_wait_rows
-
     dst, src, row = event_wait_rows(trace, ops)
     if dst.size:
         call = trace.launch[row]

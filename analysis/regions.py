@@ -16,6 +16,9 @@ at least ``IDLE_MIN_NS`` with no CPU op, Python frame, CUDA call or range in fli
 that launch the device's work is idle (``IDLE_MIN_UNSEEN_NS`` when the trace records no CPU ops).
 Work queued but not yet run is asked. A trace without its host side is never called idle: it
 cannot tell.
+
+``bound_by`` reads the time that was asked (the window less its idle regions) by class of GPU work:
+compute-, copy- or communication-bound, or mostly waiting.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import BusySpans, busy_share, device_splits, gpu_window, gpu_work, pct
+from gaplens.analysis.busy import BusySpans, busy_share, copy_breakdown, device_splits, gpu_window, gpu_work, pct
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import PhaseList, phases
-from gaplens.analysis.steps import PROFILER_STEP as _PROFILER_STEP  # the one step marker rule
+from gaplens.analysis.step_names import PROFILER_STEP as _PROFILER_STEP  # the one step marker rule
+from gaplens.analysis.units import fmt_ns
+from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: Without phases, host silence shorter than this is the program's own overhead, not a waiting room.
@@ -213,3 +218,90 @@ def _asked(trace: Trace, device: int) -> BusySpans | None:
     h_s, h_e = complement(busy, int(trace.start_ns.min()), int(trace.end_ns.max()))
     short = (h_e - h_s) < (IDLE_MIN_NS if seen else IDLE_MIN_UNSEEN_NS)
     return BusySpans(np.concatenate((busy.start, h_s[short])), np.concatenate((busy.end, h_e[short])))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Which class of GPU work a stretch of time was spent in (DESIGN.md § Three classes of GPU work).
+
+    ``verdict``: ``compute`` (the device computes and paces the work), ``copy`` (copies not hidden under
+    compute fill most of the busy time: copy-bound), ``comm`` (communication not hidden under compute or
+    copies: waiting for peers), ``waiting`` (busy less than half the asked time: ``words.MOSTLY``),
+    ``none`` (nothing was asked).
+    """
+
+    verdict: str
+    asked_ns: int  # the span summed over devices, less the idle time (nothing asked)
+    busy_ns: int
+    compute_ns: int
+    copy_only_ns: int  # copies not overlapped by compute
+    comm_only_ns: int  # communication not overlapped by compute or copies
+    copies: dict[str, int]  # copy time by direction and memory kind
+
+    def pct(self, part: int) -> float:
+        return pct(part, self.asked_ns)
+
+    @property
+    def words(self) -> str:
+        """One line: ``copy-bound: 90% of the asked time in copies not hidden by compute (HtoD pageable 84 ms)``."""
+        if self.verdict == "none":
+            return "nothing was asked of the device"
+        if self.verdict == "waiting":
+            return f"mostly waiting: busy {self.pct(self.busy_ns):.0f}% of the time work was asked"
+        if self.verdict == "copy":
+            kinds = ", ".join(f"{k} {fmt_ns(v)}" for k, v in list(self.copies.items())[:3])
+            return (
+                f"copy-bound: {self.pct(self.copy_only_ns):.0f}% of the time work was asked went to copies not "
+                f"hidden by compute ({kinds}); compute {self.pct(self.compute_ns):.0f}%"
+            )
+        if self.verdict == "comm":
+            return (
+                f"communication-bound: {self.pct(self.comm_only_ns):.0f}% of the time work was asked the device only "
+                f"communicated (waiting for peers counts as waiting); compute {self.pct(self.compute_ns):.0f}%"
+            )
+        return f"compute-bound: {self.pct(self.compute_ns):.0f}% of the time work was asked the device computed"
+
+
+def bound_by(
+    trace: Trace, window: tuple[int, int] | None = None, device: int | None = None, exclude_idle: bool = True
+) -> Bound:
+    """Is a step or window compute-, copy- or communication-bound, or mostly waiting?
+
+    Over ``window`` (default: each device's GPU window) on ``device`` (default: all, summed), less the
+    idle time (nothing asked) when ``exclude_idle``. When the device was busy at least
+    half of that time (``words.MOSTLY``), the verdict is the class with the most exclusive time: compute,
+    then copies not under compute, then communication under neither. Density and pacing verdicts use this.
+    """
+    splits = device_splits(trace)
+    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
+    asked = busy = compute = copy_only = comm_only = 0
+    copies: dict[str, int] = {}
+    for dev in devices:
+        sp = splits.get(dev)
+        if sp is None:
+            continue
+        w0, w1 = window if window is not None else gpu_window(trace, dev)
+        if w1 <= w0:
+            continue
+        span = w1 - w0
+        if exclude_idle:
+            reg = regions(trace, dev, (w0, w1))
+            span -= int((reg.end_ns[reg.idle] - reg.start_ns[reg.idle]).sum())
+        asked += max(span, 0)
+        b = sp.busy.busy_in(w0, w1)
+        k = sp.compute.busy_in(w0, w1)
+        with_copy = BusySpans(*_cat(sp.compute, sp.copy)).busy_in(w0, w1)
+        busy += b
+        compute += k
+        copy_only += with_copy - k
+        comm_only += b - with_copy
+        for label, ns in copy_breakdown(trace, w0, w1, dev).items():
+            copies[label] = copies.get(label, 0) + ns
+    copies = dict(sorted(copies.items(), key=lambda kv: -kv[1]))
+    if asked <= 0:
+        verdict = "none"
+    elif busy < MOSTLY * asked:
+        verdict = "waiting"
+    else:
+        verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]
+    return Bound(verdict, asked, busy, compute, copy_only, comm_only, copies)

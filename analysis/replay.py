@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.busy import gpu_work, union
+from gaplens.analysis.busy import gpu_work
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.critical_path import graph, infer_waits
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.spans import union
 from gaplens.analysis.waits import latest_event_waits
 from gaplens.loaders.model import Trace
 

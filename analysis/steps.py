@@ -10,8 +10,8 @@ before its GPU does (rank 0 of ``tests/data/ddp_allreduce_straggler``: host 13.6
 
 - A *numbered* name carries a trailing count separated from the name (``step 3``,
   ``decode_step 12``, ``iteration 4``, ``train_step#7``): ``compile2`` is not step 2 of
-  ``compile``, and ``layer3`` is a layer, not a repeat. ``NUMBERED`` is the one pattern for
-  counts; ``family`` (display folding in ``analysis.phases``) uses it too.
+  ``compile``, and ``layer3`` is a layer, not a repeat. ``NUMBERED`` (``analysis.step_names``) is the
+  one pattern for counts; ``family`` (display folding in ``analysis.phases``) uses it too.
 - A *family* is the phases of one process sharing the name before the count, not overlapping
   on the host, with at least ``MIN_MEMBERS`` distinct counts and none missing between them (a
   count may restart: ``decode_step 0..23`` once per request; ``gemm_bf16_8192`` ×6 is one size).
@@ -27,42 +27,21 @@ before its GPU does (rank 0 of ``tests/data/ddp_allreduce_straggler``: host 13.6
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gaplens.analysis.busy import gpu_window, gpu_work
 from gaplens.analysis.memo import per_trace
+from gaplens.analysis.phases import Phase, by_process, marker_span, phases
+from gaplens.analysis.step_names import PROFILER_STEP, family, numbered
 from gaplens.loaders.model import Kind, Trace
 
-if TYPE_CHECKING:
-    from gaplens.analysis.phases import Phase
-
-#: A name with a trailing count separated from it (optionally followed by a parenthesised tag:
-#: ``iteration 1 (profiled)``). The separator is what tells ``step 2`` from ``compile2``.
-NUMBERED = re.compile(r"^(?P<prefix>.*?\S)(?:\s*[#_.:-]\s*|\s+)(?P<n>\d+)(?P<suffix>\s*\(.*\))?$")
-#: The profiler's own step marker (a user annotation in recent Kineto, an operator in old ones).
-PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d+)$")
 #: Fewer repeats than this are not a loop: two ranges named ``x 1`` and ``x 2`` can be a coincidence.
 MIN_MEMBERS = 3
 #: A step at least this many times the median of the others is warm-up (first-call loading,
 #: allocator growth, compilation), not the loop's steady state.
 WARMUP_FACTOR = 2.0
-
-
-def numbered(name: str) -> tuple[str, int] | None:
-    """(family, count) of a numbered name, None when the name carries no separated count."""
-    m = NUMBERED.match(name.strip())
-    if m is None:
-        return None
-    return (m.group("prefix") + (m.group("suffix") or "")).strip(), int(m.group("n"))
-
-
-def family(name: str) -> str:
-    """The name with its trailing count dropped (``decode_step 7`` -> ``decode_step``), for display."""
-    hit = numbered(name)
-    return name.strip() if hit is None else hit[0]
 
 
 @dataclass(frozen=True)
@@ -200,8 +179,6 @@ def _profiler_steps(trace: Trace, pid: int | None) -> list[tuple[str, int, int, 
 
 
 def _window(trace: Trace) -> int:
-    from gaplens.analysis.busy import gpu_window
-
     w0, w1 = gpu_window(trace)
     return max(int(w1 - w0), 0)
 
@@ -211,8 +188,6 @@ def steps_of_process(trace: Trace, pid: int | None, found: list[Phase] | None = 
 
     ``found``: that process's phases when the caller has them (default: ``analysis.phases``).
     """
-    from gaplens.analysis.phases import marker_span, phases
-
     if found is None:
         found = [p for p in phases(trace) if pid is None or p.pid == pid]
     members = range_family(found)
@@ -252,8 +227,6 @@ def steps_of_process(trace: Trace, pid: int | None, found: list[Phase] | None = 
 @per_trace
 def steps_by_process(trace: Trace) -> dict[int, Steps]:
     """Each process's steps, for the processes that have one (several in a multi-process nsys report)."""
-    from gaplens.analysis.phases import by_process, phases
-
     out: dict[int, Steps] = {}
     pids = list(by_process(phases(trace)))
     pids += [m[3] for m in _profiler_steps(trace, None) if m[3] not in pids]
@@ -284,8 +257,6 @@ def _main_steps(trace: Trace) -> Steps:
 
 def _launches_by_pid(trace: Trace) -> dict[int, int]:
     """GPU ops each process launched (by the process of the launch call)."""
-    from gaplens.analysis.busy import gpu_work
-
     idx = gpu_work(trace)
     launch = trace.launch[idx]
     launch = launch[launch >= 0]

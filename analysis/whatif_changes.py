@@ -9,13 +9,14 @@ import re
 
 import numpy as np
 
-from gaplens.analysis.busy import compute_mask, union
+from gaplens.analysis.busy import compute_mask
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.causes import INPUT_PIPELINE
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.phases import phases
 from gaplens.analysis.replay import Base
 from gaplens.analysis.smells import ISLAND_MIN_NS, ISLAND_STEP_SHARE
+from gaplens.analysis.spans import union
 from gaplens.analysis.steps import steps
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Kind, Trace

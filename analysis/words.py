@@ -11,7 +11,7 @@ from __future__ import annotations
 #: blank time, of a set of ops). It is the word's meaning, not a tuned threshold: "mostly waiting" said of a
 #: device that computed 55% of the time would be false. So one name serves every reading that says
 #: "mostly", "most ops" or "X-bound": step 3's busy verdict and "mostly copying", pacing's cpu-bound,
-#: comm-bound and copy-bound, ``busy.bound_by``'s "mostly waiting", the experiment's copy-bound step and the
+#: comm-bound and copy-bound, ``regions.bound_by``'s "mostly waiting", the experiment's copy-bound step and the
 #: clock check's "most ops break the rule". Where a reading says "at least half" or "more than half" is the
 #: same boundary, left to each comparison.
 MOSTLY = 0.5

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.steps import numbered, steps
+from gaplens.analysis.step_names import numbered
+from gaplens.analysis.steps import steps
 from gaplens.loaders.model import Kind, Trace
 
 _TRAINING = re.compile(r"backward|autograd|optimizer|\btrain|zero_grad", re.IGNORECASE)
@@ -209,8 +211,6 @@ def framework(trace: Trace) -> str:
 
 def dtype_hint(trace: Trace) -> tuple[str, str]:
     """The dtype that most kernel time runs in, read from kernel names."""
-    from gaplens.analysis.comm import comm_mask
-
     k = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & ~comm_mask(trace))  # collectives name no model dtype
     if k.size == 0:
         return "", ""

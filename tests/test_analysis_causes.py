@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from gaplens.analysis.busy import bound_by, busy_share, copy_label
+from gaplens.analysis.busy import busy_share, copy_label
 from gaplens.analysis.comm import comm_family, is_comm_name
 from gaplens.analysis.gaps import analyse_gaps
+from gaplens.analysis.regions import bound_by
 from gaplens.loaders.model import Kind
 from tests.handbuilt import Builder
 

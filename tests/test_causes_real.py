@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaplens.analysis.busy import bound_by, busy_share
+from gaplens.analysis.busy import busy_share
 from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
 from gaplens.analysis.gaps import CAUSES, gap_columns
+from gaplens.analysis.regions import bound_by
 from gaplens.loaders.model import Trace
 from tests.conftest import PUBLIC, loaded
 
@@ -257,10 +258,10 @@ def test_warm_up_launch_threshold_flips_only_past_the_measured_first_launch(monk
 
 
 def test_bound_threshold_sensitivity_on_copy_bound(monkeypatch):
-    """``words.MOSTLY`` (as busy reads it) decides copy-bound vs mostly waiting; on copy_bound the device is busy
+    """``words.MOSTLY`` (as bound_by reads it) decides copy-bound vs mostly waiting; on copy_bound the device is busy
     ~99% of the asked time (CUDA events: copy_in 84.6 + compute 16.6 of a 101.4 ms step), so only a threshold
     above that flips it."""
-    import gaplens.analysis.busy as busy
+    import gaplens.analysis.regions as regions
 
     tr = loaded(str(ROUND3 / "copy_bound.json.gz"))
     truth = json.loads((ROUND3 / "copy_bound.meta.json").read_text())["summary"]
@@ -270,5 +271,5 @@ def test_bound_threshold_sensitivity_on_copy_bound(monkeypatch):
     b = bound_by(tr)
     assert b.busy_ns / b.asked_ns == pytest.approx(busy_share_truth, abs=0.03)
     for share, verdict in ((0.5, "copy"), (0.9, "copy"), (min(busy_share_truth + 0.02, 1.0), "waiting")):
-        monkeypatch.setattr(busy, "MOSTLY", share)
+        monkeypatch.setattr(regions, "MOSTLY", share)
         assert bound_by(tr).verdict == verdict, share

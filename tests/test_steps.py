@@ -17,7 +17,8 @@ import pytest
 from gaplens.analysis.job.ranks import read_ranks
 from gaplens.analysis.job.reading import read_job
 from gaplens.analysis.phases import PYTORCH_MARKERS, is_library_range, is_pytorch_marker, phases
-from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR, common_step, numbered, steps, warmup_of
+from gaplens.analysis.step_names import numbered
+from gaplens.analysis.steps import MIN_MEMBERS, WARMUP_FACTOR, common_step, steps, warmup_of
 from gaplens.analysis.summary import summary
 from gaplens.loaders import load
 from gaplens.loaders.model import Kind, LaneKind

@@ -21,6 +21,8 @@ import numpy as np
 
 from gaplens.analysis.floor.gpuspecs import GpuSpec, Match, load_user_specs, match_spec
 from gaplens.analysis.floor.opcalls import kernel_calls, why_unsized
+from gaplens.analysis.phases import family_labels, phases
+from gaplens.analysis.steps import steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import GPU_WORK_KINDS, Kind, Trace
 
@@ -428,8 +430,6 @@ def phase_rows(trace: Trace, gpu_spec: str | None = None) -> list[dict]:
     the family of a numbered one (``decode_step`` for ``decode_step 0``, ``decode_step 1``, ...);
     ``instances`` counts the ranges folded into the row.
     """
-    from gaplens.analysis.phases import family_labels, phases
-
     f = floors(trace, gpu_spec)
     lx = _launches(trace, f)
     found = [p for p in phases(trace) if p.device is not None]
@@ -452,10 +452,6 @@ def step_row(trace: Trace, gpu_spec: str | None = None) -> dict | None:
     """The step (``analysis.steps``): per steady step the GPU ops launched inside its host range
     (host spans decide which step an op belongs to); medians of measured time and floor, the bound
     and the families above the floor over all steady steps."""
-    try:
-        from gaplens.analysis.steps import steps
-    except ImportError:  # the step owner not landed: phases only
-        return None
     st = steps(trace)
     if not st or not st.steady:
         return None
@@ -612,16 +608,11 @@ def _lever_json(trace: Trace, gpu_spec: str | None) -> dict | None:
     """``floor_lever`` over the steady steps when the trace has a step, else over the whole trace."""
     window: tuple[int | None, int | None, int | None] = (None, None, None)
     where = "the whole trace"
-    try:
-        from gaplens.analysis.steps import steps
-
-        st = steps(trace)
-        if st and st.steady:
-            a, b = st.steady[0], st.steady[-1]
-            window = (st.spans[a][0], st.spans[b][1], st.pid)
-            where = f"{st.names[a]} to {st.names[b]}"  # the first to the last steady step
-    except ImportError:
-        pass
+    st = steps(trace)
+    if st and st.steady:
+        a, b = st.steady[0], st.steady[-1]
+        window = (st.spans[a][0], st.spans[b][1], st.pid)
+        where = f"{st.names[a]} to {st.names[b]}"  # the first to the last steady step
     got = floor_lever(trace, *window, gpu_spec=gpu_spec)
     return None if got is None else {**got.__dict__, "window": where}
 

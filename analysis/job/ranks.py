@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import busy_share, device_splits, gpu_window
+from gaplens.analysis.comm import comm_mask
+from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.job.collectives import CollectiveTable, collective_table
 from gaplens.analysis.phases import Phase, phases
 from gaplens.analysis.steps import steps
@@ -108,8 +110,6 @@ def rank_processes(trace: Trace) -> list[tuple[int | None, int]]:
 
 def _main_device(trace: Trace, dev: np.ndarray) -> int:
     """The device a Kineto rank runs on: the one with most communication, else most GPU work."""
-    from gaplens.analysis.comm import comm_mask
-
     comm_dev = trace.device_of_event()[comm_mask(trace)]
     pool = comm_dev if comm_dev.size else dev
     d, counts = np.unique(pool, return_counts=True)
@@ -198,8 +198,6 @@ def read_ranks(trace: Trace, file_index: int = 0) -> list[RankReading]:
 
 def _gap_reading(trace: Trace, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """(start, end, cause index, cause names) of the device's blank regions: the rank's own gap reading."""
-    from gaplens.analysis.gaps import CAUSES, gap_columns
-
     cols = gap_columns(trace)  # every device, computed once per trace (the viewer's reading too)
     on = cols.device == device
     return cols.start_ns[on], cols.end_ns[on], np.asarray(cols.cause, np.int64)[on], list(CAUSES)

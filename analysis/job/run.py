@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
-from gaplens.analysis.job.ranks import RankReading
+from gaplens.analysis.job.ranks import RankReading, read_ranks
 from gaplens.analysis.job.reading import JobReading, read_job
+from gaplens.loaders import load
 from gaplens.loaders.job import JobFile, job_files
 from gaplens.loaders.model import TraceError
 from gaplens.loaders.text import shorten
@@ -50,9 +51,6 @@ def rank_task(path: str, index: int, use_cache: bool = True, one_core: bool = Fa
     ``one_core``: in a pool of one worker per core, Arrow's own thread pool would make each
     worker compete for every core; one thread each keeps N workers on N cores.
     """
-    from gaplens.analysis.job.ranks import read_ranks
-    from gaplens.loaders import load
-
     if one_core:
         import pyarrow
 

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import busy_share, gpu_window, span_busy_ns, union
+from gaplens.analysis.busy import busy_share, gpu_window, span_busy_ns
 from gaplens.analysis.calls import first_calls
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.lever_changes import NO_MODEL, quotes
 from gaplens.analysis.levers import fitted_lever, graph_lever
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.regions import active_compute_pct
+from gaplens.analysis.spans import union
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import CAUSE_SMELL, KERNEL_LEVER, MOSTLY, NO_GPU, SMELL_NAMES, WARMUP_LEVER

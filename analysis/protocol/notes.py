@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import STEP_TITLES
 from gaplens.loaders.text import clean_text, shorten
 from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none
@@ -261,8 +262,6 @@ def notes_markdown(notes: Notes | None, heading: str = "##", answers: bool = Tru
     ``answers=False`` leaves out answers and experiment, for a report that already
     quotes them under each step.
     """
-    from gaplens.analysis.units import fmt_ns
-
     if notes is None or notes.empty:
         return ""
     if not answers and not (notes.phases or notes.notes):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gaplens.analysis.busy import bound_by, busy_share, gpu_window, overhead_spans, span_busy_ns
+from gaplens.analysis.busy import busy_share, gpu_window, overhead_spans, span_busy_ns
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.phases import (
@@ -29,7 +29,7 @@ from gaplens.analysis.phases import (
 )
 from gaplens.analysis.protocol.experiment import KERNEL_BOUND_PCT, Experiment, experiment, gap_steps
 from gaplens.analysis.protocol.notes import Notes
-from gaplens.analysis.regions import active_compute_pct, device_phases, idle_ns
+from gaplens.analysis.regions import active_compute_pct, bound_by, device_phases, idle_ns
 from gaplens.analysis.steps import WARMUP_FACTOR, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.analysis.words import (
