@@ -20,48 +20,20 @@ the critical path.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.causes import CAUSES, NOT_WORK, classify, next_compute_ops
 from gaplens.analysis.critical_path import critical_path
+from gaplens.analysis.evidence import evidence
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import phases
-from gaplens.analysis.regions import Regions, regions
+from gaplens.analysis.regions import Gap, Regions, regions
 from gaplens.loaders.model import Trace, TraceError
 
-#: Every cause a blank region can have (DESIGN.md § Gap cause).
-CAUSES = ("dependency", "sync", "alloc", "copy", "launch", "host", "comm", "profiler", "idle", "unknown")
-#: Causes that are no finding: nothing was asked, or the profiler measured itself.
-NOT_WORK = (CAUSES.index("idle"), CAUSES.index("profiler"))
 #: A gap is on the critical path when host-side path segments cover this share of it.
 ON_PATH_SHARE = 0.5
-
-
-@dataclass(slots=True)
-class Gap:
-    device: int
-    start_ns: int
-    end_ns: int
-    on_critical_path: bool = False
-    cause: str = "unknown"
-    shares: dict[str, float] = field(default_factory=dict)  # cause -> share of the gap, sums to 1
-    evidence: list[int] = field(default_factory=list)  # event indices that explain it
-    message: str = ""  # e.g. what better trace to collect
-
-    @property
-    def dur_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-    @property
-    def shares_text(self) -> str:
-        return shares_text(self.shares)
-
-
-def shares_text(shares: dict[str, float]) -> str:
-    """``host 92%, launch 6%``: the shares of at least half a percent, largest first."""
-    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{c} {100 * v:.0f}%" for c, v in ranked if v >= 0.005)
 
 
 @dataclass
@@ -90,8 +62,6 @@ class GapColumns:
 
     def gap(self, trace: Trace, k: int, with_evidence: bool = True) -> Gap:
         """Gap ``k`` as an object, with its evidence events when asked."""
-        from gaplens.analysis.causes import evidence
-
         g = Gap(
             int(self.device[k]),
             int(self.start_ns[k]),
@@ -111,8 +81,6 @@ class GapColumns:
 
         Built column-wise: a 1M-event trace has 10^5 gaps, and a Python call per gap is the cost.
         """
-        from gaplens.analysis.causes import evidence
-
         n = len(self)
         rows, cols = np.nonzero(self.shares)
         shares: list[dict[str, float]] = [{} for _ in range(n)]
@@ -189,8 +157,6 @@ def _default_columns(trace: Trace) -> GapColumns:
 
 
 def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapColumns:
-    from gaplens.analysis.causes import classify, next_compute_ops
-
     if len(reg) == 0:
         return _empty()
     starts, ends, devs = reg.start_ns, reg.end_ns, reg.device

@@ -23,7 +23,7 @@ compute-, copy- or communication-bound, or mostly waiting.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -305,3 +305,29 @@ def bound_by(
     else:
         verdict = max((compute, "compute"), (copy_only, "copy"), (comm_only, "comm"), key=lambda kv: kv[0])[1]
     return Bound(verdict, asked, busy, compute, copy_only, comm_only, copies)
+
+
+@dataclass(slots=True)
+class Gap:
+    device: int
+    start_ns: int
+    end_ns: int
+    on_critical_path: bool = False
+    cause: str = "unknown"
+    shares: dict[str, float] = field(default_factory=dict)  # cause -> share of the gap, sums to 1
+    evidence: list[int] = field(default_factory=list)  # event indices that explain it
+    message: str = ""  # e.g. what better trace to collect
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def shares_text(self) -> str:
+        return shares_text(self.shares)
+
+
+def shares_text(shares: dict[str, float]) -> str:
+    """``host 92%, launch 6%``: the shares of at least half a percent, largest first."""
+    ranked = sorted(shares.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{c} {100 * v:.0f}%" for c, v in ranked if v >= 0.005)

@@ -16,7 +16,8 @@ from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane
 
-from gaplens.analysis.gaps import CAUSES, shares_text
+from gaplens.analysis.gaps import CAUSES
+from gaplens.analysis.regions import shares_text
 from gaplens.analysis.smells import Finding, smells
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
