@@ -6,7 +6,8 @@
     /host:CPU                      one process; each line a thread: ``$…`` Python frames, runtime calls
                                    and every event carrying ``correlation_id`` (the launch of a GPU op)
                                    as API calls, ``step_num`` ranges as numbered annotations (the step),
-                                   the rest as CPU ops
+                                   ``<module>:XLA GPU module`` spans as annotations named after the HLO
+                                   module (one per execution: a phase family), the rest as CPU ops
     /host:metadata, Task Environment, anything else   not events: skipped (their names kept in metadata)
 
 Time: line ``timestamp_ns`` + event ``offset_ps`` (integer ns, floored), an event ending at its offset
@@ -39,6 +40,11 @@ _DIRECTIONS = (
     (re.compile(r"P2P|PtoP|Peer", re.IGNORECASE), Kind.MEMCPY_PEER),
 )
 _SIZE = re.compile(r"(?:^|\s)size:(\d+)")
+#: The host span in which XLA runs one execution of a jitted computation (``jit_train_step:XLA GPU module``,
+#: inside PjRt's ExecuteHelper): it launches that module's kernels. Read as an annotation named after the
+#: module, one per execution, so ``phases`` rows the HLO module as a family (``jit_train_step`` ×6). Left
+#: unnumbered on purpose: a module's executions never outrank the user's numbered steps (``train 3``).
+MODULE_SPAN = re.compile(r"^(?P<module>\S.*?):XLA (?:[A-Z]+ )?[Mm]odule$")
 #: Stats shown as an event's details, in this order (correlation ids live in their own column).
 DETAIL_STATS = ("hlo_op", "hlo_module", "tf_op", "kernel_details", "memcpy_details", "bytes_transferred", "step_num")
 #: Lines of a TPU plane that hold the ops themselves; its other lines are derived groupings.
@@ -333,6 +339,13 @@ def _host_plane(out: _Out, plane: Plane, data: bytes, pid: int) -> int:
     kind[(runtime | (corr >= 0)) & ~python] = int(Kind.CUDA_API)
     stepped = (step >= 0) & ~python & (kind != int(Kind.CUDA_API))
     kind[stepped] = int(Kind.ANNOTATION)
+    module_of = [m.group("module") if (m := MODULE_SPAN.match(nm)) else "" for nm in names]
+    module = np.asarray([bool(m) for m in module_of], bool)[inverse] & (kind == int(Kind.CPU_OP))
+    if module.any():
+        kind[module] = int(Kind.ANNOTATION)
+        name_id = name_id.copy()
+        idx = np.flatnonzero(module)
+        name_id[idx] = out.code(out.names, [module_of[int(inverse[i])] for i in idx.tolist()])
     if stepped.any():
         # A step range (StepTraceAnnotation) is named by its number, as a numbered family (``train 3``).
         idx = np.flatnonzero(stepped)
