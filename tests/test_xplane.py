@@ -234,7 +234,8 @@ def test_synthetic_space_reads_exactly(tmp_path):
     trace = load(path, use_cache=False)
     _check(trace, data)
     kinds = {Kind(k).name: int((trace.kind == k).sum()) for k in np.unique(trace.kind)}
-    assert kinds == {"KERNEL": 2, "MEMCPY_HTOD": 1, "CUDA_API": 3, "ANNOTATION": 1, "PYTHON": 1}
+    # ANNOTATION: the step, and jit_f's one execution spanned from its kernel (the host names no module span)
+    assert kinds == {"KERNEL": 2, "MEMCPY_HTOD": 1, "CUDA_API": 3, "ANNOTATION": 2, "PYTHON": 1}
     gpu = np.flatnonzero(trace.mask(GPU_WORK_KINDS))
     assert (trace.launch[gpu] >= 0).all()
     assert trace.names[int(trace.name_id[trace.kind == Kind.ANNOTATION][0])] == "train 0"
@@ -504,3 +505,46 @@ def test_kernels_carry_their_xla_op_and_module_as_details():
     k = np.flatnonzero(t.kind == Kind.KERNEL)
     details = {t.details[int(i)] for i in t.detail_id[k].tolist()}
     assert all("hlo_op " in d and "hlo_module jit_train_step" in d for d in details)
+    # the viewer's details panel shows them on the kernel's ``args`` line (as a PyTorch kernel's op args)
+    from gaplens.tui.details import describe
+    from gaplens.tui.navigate import Selection
+    from gaplens.tui.viewmodel import build_model
+
+    i = int(k[0])
+    lines = dict(describe(build_model(t), Selection(int(t.start_ns[i]), int(t.end_ns[i]), event=i)))
+    assert "hlo_op command_buffer_1" in lines["args"] and "hlo_module jit_train_step" in lines["args"]
+
+
+def test_a_gpu_only_space_spans_each_run_of_one_modules_kernels(tmp_path):
+    """No host plane: each run of consecutive kernels of one HLO module (across streams) is one execution."""
+    from gaplens.analysis.phases import phases
+
+    S = xb.STAT_NAMES
+    # stream 7: f f . g . f f      stream 8: . . f . . . .    (1 us slots, each kernel 0.8 us)
+    layout = [(7, 0, "jit_f"), (7, 1, "jit_f"), (8, 2, "jit_f"), (7, 3, "jit_g"), (7, 5, "jit_f"), (7, 6, "jit_f")]
+    lines = [
+        xb.line_bytes(
+            s,
+            f"Stream #{s}(Kernel)",
+            1000,
+            [
+                xb.Ev(1, t * 1_000_000, 800_000, {xb.HLO_OP: "fusion.1", xb.HLO_MODULE: m})
+                for ss, t, m in layout
+                if ss == s
+            ],
+        )
+        for s in (7, 8)
+    ]
+    path = tmp_path / "gpu_only.xplane.pb"
+    path.write_bytes(xb.space_bytes([xb.plane_bytes(1, "/device:GPU:0", lines, {1: "fusion_1"}, S)]))
+    t = load(path, use_cache=False)
+    got = [(p.name, p.host_start_ns, p.host_end_ns) for p in phases(t)]
+    assert got == [("jit_f", 0, 2800), ("jit_g", 3000, 3800), ("jit_f", 5000, 6800)]  # ns from the first kernel
+    assert "cpu" in t.meta.lacks  # rows drawn from GPU work are no host side
+
+
+def test_module_rows_leave_what_a_trace_lacks_alone():
+    from pathlib import Path
+
+    t = load(Path(__file__).parent / "data" / "formats" / "jax_h200_train.xplane.pb", use_cache=False)
+    assert t.meta.lacks == ["shapes"]
