@@ -234,7 +234,8 @@ def test_synthetic_space_reads_exactly(tmp_path):
     trace = load(path, use_cache=False)
     _check(trace, data)
     kinds = {Kind(k).name: int((trace.kind == k).sum()) for k in np.unique(trace.kind)}
-    assert kinds == {"KERNEL": 2, "MEMCPY_HTOD": 1, "CUDA_API": 3, "ANNOTATION": 1, "PYTHON": 1}
+    # ANNOTATION: the step, and jit_f's one execution spanned from its kernel (the host names no module span)
+    assert kinds == {"KERNEL": 2, "MEMCPY_HTOD": 1, "CUDA_API": 3, "ANNOTATION": 2, "PYTHON": 1}
     gpu = np.flatnonzero(trace.mask(GPU_WORK_KINDS))
     assert (trace.launch[gpu] >= 0).all()
     assert trace.names[int(trace.name_id[trace.kind == Kind.ANNOTATION][0])] == "train 0"
@@ -419,3 +420,131 @@ def test_a_real_jax_h200_run_equals_the_reference_in_both_files():
     js = load(data / "jax_h200_train.perfetto_trace.json.gz", use_cache=False)
     got = _reading(js)
     assert got["kernels"] == want["kernels"] and got["device_busy"] == want["device_busy"]
+
+
+# ---- HLO modules as a phase family -------------------------------------------------------------
+def reference_host_names(data: bytes) -> dict[str, int]:
+    """How many timeline events of each name the raw ``/host:CPU`` plane holds (aggregates left out)."""
+    counts: dict[str, int] = {}
+    for raw in _msg(data).get(1, []):
+        plane = _msg(raw)
+        if plane.get(2, [b""])[0].decode() != "/host:CPU":
+            continue
+        names = {}
+        for entry in plane.get(4, []):
+            e = _msg(entry)
+            names[e[1][0]] = _msg(e[2][0]).get(2, [b""])[0].decode()
+        for raw_line in plane.get(3, []):
+            for raw_ev in _msg(raw_line).get(4, []):
+                ev = _msg(raw_ev)
+                if 5 not in ev:
+                    name = names.get(ev.get(1, [0])[0], "")
+                    counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _module_families(trace) -> dict[str, int]:
+    from gaplens.analysis.phases import phases
+
+    out: dict[str, int] = {}
+    for p in phases(trace):
+        if p.name.startswith("jit_"):
+            out[p.name] = out.get(p.name, 0) + 1
+    return out
+
+
+def test_h200_module_executions_are_a_phase_family_beside_the_train_steps(capsys):
+    import gzip
+    import json
+    from pathlib import Path
+
+    from gaplens.analysis.steps import steps
+
+    data = Path(__file__).parent / "data" / "formats"
+    raw = reference_host_names((data / "jax_h200_train.xplane.pb").read_bytes())
+    # one XLA module span per execution, and PjRt's execute event agrees on the count
+    assert raw["jit_train_step:XLA GPU module"] == raw["CommonPjRtLoadedExecutable::Execute (jit_train_step)"] == 6
+    doc = json.loads(gzip.decompress((data / "jax_h200_train.perfetto_trace.json.gz").read_bytes()))
+    in_json = sum(
+        1 for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("name") == "jit_train_step:XLA GPU module"
+    )
+    assert in_json == 6
+    for path in ("jax_h200_train.xplane.pb", "jax_h200_train.perfetto_trace.json.gz"):
+        t = load(data / path, use_cache=False)
+        assert _module_families(t) == {"jit_train_step": 6}, path
+        s = steps(t)
+        assert s.label == "train" and s.count == 6, path
+        assert main(["summary", str(data / path), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        fams = {(f["family"], f["count"]) for f in out["phase_families"]}
+        assert {("train", 6), ("jit_train_step", 6)} <= fams, path
+        assert out["step"]["label"] == "train" and out["step"]["count"] == 6
+        assert sum(p["name"] == "jit_train_step" for p in out["phases"]) == 6
+
+
+def test_mi300x_module_executions_are_a_phase_family(capsys):
+    import json
+
+    path = shared_file(MI300X)
+    raw = reference_host_names(path.read_bytes())
+    modules = {k: v for k, v in raw.items() if k.endswith(":XLA GPU module")}
+    assert modules == {"jit_forward_3d_conv:XLA GPU module": 80}
+    assert raw["PjRtStreamExecutorLoadedExecutable::ExecuteHelper"] == 80  # one per execution, per device
+    t = load(path, use_cache=False)
+    assert _module_families(t) == {"jit_forward_3d_conv": 80}
+    assert main(["summary", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert ("jit_forward_3d_conv", 80) in {(f["family"], f["count"]) for f in out["phase_families"]}
+    assert out["step"] is None  # no step annotations; the modules' executions overlap (8 devices): not steps
+
+
+def test_kernels_carry_their_xla_op_and_module_as_details():
+    from pathlib import Path
+
+    t = load(Path(__file__).parent / "data" / "formats" / "jax_h200_train.xplane.pb", use_cache=False)
+    k = np.flatnonzero(t.kind == Kind.KERNEL)
+    details = {t.details[int(i)] for i in t.detail_id[k].tolist()}
+    assert all("hlo_op " in d and "hlo_module jit_train_step" in d for d in details)
+    # the viewer's details panel shows them on the kernel's ``args`` line (as a PyTorch kernel's op args)
+    from gaplens.tui.details import describe
+    from gaplens.tui.navigate import Selection
+    from gaplens.tui.viewmodel import build_model
+
+    i = int(k[0])
+    lines = dict(describe(build_model(t), Selection(int(t.start_ns[i]), int(t.end_ns[i]), event=i)))
+    assert "hlo_op command_buffer_1" in lines["args"] and "hlo_module jit_train_step" in lines["args"]
+
+
+def test_a_gpu_only_space_spans_each_run_of_one_modules_kernels(tmp_path):
+    """No host plane: each run of consecutive kernels of one HLO module (across streams) is one execution."""
+    from gaplens.analysis.phases import phases
+
+    S = xb.STAT_NAMES
+    # stream 7: f f . g . f f      stream 8: . . f . . . .    (1 us slots, each kernel 0.8 us)
+    layout = [(7, 0, "jit_f"), (7, 1, "jit_f"), (8, 2, "jit_f"), (7, 3, "jit_g"), (7, 5, "jit_f"), (7, 6, "jit_f")]
+    lines = [
+        xb.line_bytes(
+            s,
+            f"Stream #{s}(Kernel)",
+            1000,
+            [
+                xb.Ev(1, t * 1_000_000, 800_000, {xb.HLO_OP: "fusion.1", xb.HLO_MODULE: m})
+                for ss, t, m in layout
+                if ss == s
+            ],
+        )
+        for s in (7, 8)
+    ]
+    path = tmp_path / "gpu_only.xplane.pb"
+    path.write_bytes(xb.space_bytes([xb.plane_bytes(1, "/device:GPU:0", lines, {1: "fusion_1"}, S)]))
+    t = load(path, use_cache=False)
+    got = [(p.name, p.host_start_ns, p.host_end_ns) for p in phases(t)]
+    assert got == [("jit_f", 0, 2800), ("jit_g", 3000, 3800), ("jit_f", 5000, 6800)]  # ns from the first kernel
+    assert "cpu" in t.meta.lacks  # rows drawn from GPU work are no host side
+
+
+def test_module_rows_leave_what_a_trace_lacks_alone():
+    from pathlib import Path
+
+    t = load(Path(__file__).parent / "data" / "formats" / "jax_h200_train.xplane.pb", use_cache=False)
+    assert t.meta.lacks == ["shapes"]

@@ -6,7 +6,8 @@
     /host:CPU                      one process; each line a thread: ``$…`` Python frames, runtime calls
                                    and every event carrying ``correlation_id`` (the launch of a GPU op)
                                    as API calls, ``step_num`` ranges as numbered annotations (the step),
-                                   the rest as CPU ops
+                                   ``<module>:XLA GPU module`` spans as annotations named after the HLO
+                                   module (one per execution: a phase family), the rest as CPU ops
     /host:metadata, Task Environment, anything else   not events: skipped (their names kept in metadata)
 
 Time: line ``timestamp_ns`` + event ``offset_ps`` (integer ns, floored), an event ending at its offset
@@ -39,6 +40,11 @@ _DIRECTIONS = (
     (re.compile(r"P2P|PtoP|Peer", re.IGNORECASE), Kind.MEMCPY_PEER),
 )
 _SIZE = re.compile(r"(?:^|\s)size:(\d+)")
+#: The host span in which XLA runs one execution of a jitted computation (``jit_train_step:XLA GPU module``,
+#: inside PjRt's ExecuteHelper): it launches that module's kernels. Read as an annotation named after the
+#: module, one per execution, so ``phases`` rows the HLO module as a family (``jit_train_step`` ×6). Left
+#: unnumbered on purpose: a module's executions never outrank the user's numbered steps (``train 3``).
+MODULE_SPAN = re.compile(r"^(?P<module>\S.*?):XLA (?:[A-Z]+ )?[Mm]odule$")
 #: Stats shown as an event's details, in this order (correlation ids live in their own column).
 DETAIL_STATS = ("hlo_op", "hlo_module", "tf_op", "kernel_details", "memcpy_details", "bytes_transferred", "step_num")
 #: Lines of a TPU plane that hold the ops themselves; its other lines are derived groupings.
@@ -54,6 +60,9 @@ class _Out:
     names: dict[str, int] = field(default_factory=dict)
     details: dict[str, int] = field(default_factory=lambda: {"": 0})
     cols: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    host_modules: int = 0  # module executions read from the host's ``XLA GPU module`` spans
+    #: per device: (start, end, module) of its GPU work carrying ``hlo_module``, for traces with no host spans
+    device_modules: dict[int, list[tuple[np.ndarray, np.ndarray, list[str]]]] = field(default_factory=dict)
 
     def lane(self, key: tuple, name: str = "") -> int:
         if name:
@@ -101,6 +110,9 @@ def build(space: Space, data: bytes, path: str, repairs: Repairs) -> Trace:
                 meta.extra["task_environment"] = {
                     plane.stat_names.get(s, str(s)): _scalar(plane.stat_value(s, v, r)) for s, v, r in plane.stats
                 }
+    recorded = sum(part.size for part in out.cols.get("kind", []))
+    if not out.host_modules and out.device_modules:
+        _module_runs(out, meta, host_pid, space)
     if aggregates:
         repairs.add("aggregate events (num_occurrences, no time of their own) left off the timeline", aggregates)
     keys = list(out.lane_keys)
@@ -109,7 +121,7 @@ def build(space: Space, data: bytes, path: str, repairs: Repairs) -> Trace:
         meta.extra["line_names"] = {f"{k[1]}:{k[2]}": v for k, v in out.lane_names.items()}
     meta.devices = sorted(devices, key=lambda d: d.id)
     kind = out.take("kind", np.int8)
-    meta.lacks = _lacks(kind)
+    meta.lacks = _lacks(kind[:recorded])  # the modules' rows drawn from GPU work are no host side
     meta.extra["planes_skipped"] = skipped
     meta.extra["hostnames"] = list(space.hostnames)
     meta.source_version = "XSpace protobuf (jax.profiler / XProf)"
@@ -287,6 +299,11 @@ def _device_plane(out: _Out, plane: Plane, data: bytes, dev: int, kind_word: str
     start, end = _times(plane)
     detail, nbytes = _details(out, plane, data, keep)
     corr = _int_stat(plane, "correlation_id", -1)
+    rows = _stat_rows(plane, "hlo_module")
+    rows = rows[keep[ev.stat_event[rows]] & is_stream[ev.line[ev.stat_event[rows]]]]
+    if rows.size:
+        at = ev.stat_event[rows]
+        out.device_modules.setdefault(dev, []).append((start[at], end[at], _texts(plane, data, rows)))
     out.add(
         lane=line_lane[ev.line][keep],
         start=start[keep],
@@ -333,6 +350,14 @@ def _host_plane(out: _Out, plane: Plane, data: bytes, pid: int) -> int:
     kind[(runtime | (corr >= 0)) & ~python] = int(Kind.CUDA_API)
     stepped = (step >= 0) & ~python & (kind != int(Kind.CUDA_API))
     kind[stepped] = int(Kind.ANNOTATION)
+    module_of = [m.group("module") if (m := MODULE_SPAN.match(nm)) else "" for nm in names]
+    module = np.asarray([bool(m) for m in module_of], bool)[inverse] & (kind == int(Kind.CPU_OP))
+    if module.any():
+        kind[module] = int(Kind.ANNOTATION)
+        out.host_modules += int((module & keep).sum())
+        name_id = name_id.copy()
+        idx = np.flatnonzero(module)
+        name_id[idx] = out.code(out.names, [module_of[int(inverse[i])] for i in idx.tolist()])
     if stepped.any():
         # A step range (StepTraceAnnotation) is named by its number, as a numbered family (``train 3``).
         idx = np.flatnonzero(stepped)
@@ -362,6 +387,39 @@ def _host_plane(out: _Out, plane: Plane, data: bytes, pid: int) -> int:
         detail=detail[keep],
     )
     return int(n - keep.sum())
+
+
+def _module_runs(out: _Out, meta: Meta, pid: int, space: Space) -> None:
+    """No host span names the executions: each run of a device's consecutive GPU work of one HLO module
+    (in start order, across its streams) is one execution, an annotation on a thread of its own
+    (``XLA modules (GPU N)``). Two executions of one module back to back, with no other module's work
+    between them, read as one."""
+    for dev, parts in sorted(out.device_modules.items()):
+        start = np.concatenate([p[0] for p in parts])
+        end = np.concatenate([p[1] for p in parts])
+        mods = [m for p in parts for m in p[2]]
+        order = np.argsort(start, kind="stable")
+        code = out.code({}, mods)[order]
+        start, end = start[order], end[order]
+        head = np.r_[True, code[1:] != code[:-1]]
+        first = np.flatnonzero(head)
+        run_end = np.maximum.reduceat(end, first)
+        names = [mods[int(order[i])] for i in first.tolist()]
+        tid = 1_000_000 + dev
+        lane = out.lane((LaneKind.ANNOTATIONS, pid, tid))
+        meta.threads[(pid, tid)] = f"XLA modules (GPU {dev})"
+        meta.processes.setdefault(pid, space.hostnames[0] if space.hostnames else "host")
+        n = first.size
+        out.add(
+            lane=np.full(n, lane, np.int64),
+            start=start[first],
+            end=run_end,
+            name=out.code(out.names, names),
+            kind=np.full(n, int(Kind.ANNOTATION), np.int8),
+            corr=np.full(n, -1, np.int64),
+            bytes=np.zeros(n, np.int64),
+            detail=np.zeros(n, np.int32),
+        )
 
 
 def _lacks(kind: np.ndarray) -> list[str]:

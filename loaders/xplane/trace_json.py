@@ -21,7 +21,16 @@ import orjson
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.files import Progress, Source
 from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
-from gaplens.loaders.xplane.build import _DEVICE, _RUNTIME, _SIZE, _STREAM, DETAIL_STATS, _direction, _op_kind
+from gaplens.loaders.xplane.build import (
+    _DEVICE,
+    _RUNTIME,
+    _SIZE,
+    _STREAM,
+    DETAIL_STATS,
+    MODULE_SPAN,
+    _direction,
+    _op_kind,
+)
 
 _MARKER = re.compile(rb'"name"\s*:\s*"/(?:device|host):|"highres-ticks"')
 _PROCESS = re.compile(r"^(/device:[A-Z_]+:\d+|/host:[A-Za-z]+)")
@@ -102,6 +111,10 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
             elif step is not None and str(step).isdigit():
                 cols.add(
                     (LaneKind.ANNOTATIONS, host_pid, t), start, end, f"{name} {step}", Kind.ANNOTATION, -1, 0, detail
+                )
+            elif mm := MODULE_SPAN.match(name):  # one execution of a jitted computation: a phase family
+                cols.add(
+                    (LaneKind.ANNOTATIONS, host_pid, t), start, end, mm.group("module"), Kind.ANNOTATION, -1, 0, detail
                 )
             else:
                 cols.add((LaneKind.CPU_OPS, host_pid, t), start, end, name, Kind.CPU_OP, -1, 0, detail)
