@@ -1,8 +1,12 @@
-"""`gaplens ranks PATH... [--json] [--dask ADDRESS]`: a job read as a job, headless.
+"""`gaplens ranks PATH... [--json] [--all] [--dask ADDRESS]`: a job read as a job, headless.
 
 Prints the rank table (sorted by the waiting each rank imposed on the others), the
 collectives matched, the clock offsets applied, and the straggler with its cause, or
 why there is none. Files that give no rank are one warning line each on stderr.
+
+A job of more ranks than fit a screen (``SCREEN_ROWS``) prints the straggler (or the candidate),
+the outliers (``OUTLIER_SHARE``) and one line per group of the rest, rank numbers as ranges;
+``--all`` prints every row. ``--json`` always lists every rank.
 """
 
 from __future__ import annotations
@@ -11,10 +15,22 @@ import argparse
 import os
 import sys
 
-from gaplens.analysis.job.reading import JobReading
+from gaplens.analysis.job.reading import JobReading, RankRow
 from gaplens.analysis.job.straggler import LATE_SHARE, STEP_SHARE
 from gaplens.analysis.units import fmt_ns
 from gaplens.tui.commands.common import print_json
+
+#: More ranks than this and the table is folded: ~50 terminal lines less the job, straggler, header
+#: and legend lines leave about 40 for rank rows.
+SCREEN_ROWS = 40
+#: A rank is an outlier when its step or its time waiting in collectives differs from the ranks'
+#: median by more than this share of the job's step, or its busy share by more than this many
+#: points (of 100) from the median busy share.
+OUTLIER_SHARE = 0.02
+#: Outlier rows printed at most when folded, the most deviant first; the others join a group line.
+OUTLIER_ROWS = 20
+#: Ranges printed at most in one group line; ``--all`` or ``--json`` lists the rest.
+GROUP_RANGES = 16
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -37,6 +53,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--workers", type=int, default=None, help="local worker processes (default: one per core; 0: in this process)"
     )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every rank's row (above {SCREEN_ROWS} ranks the text shows the outliers and groups the rest)",
+    )
 
 
 def warn(message: str) -> None:
@@ -50,12 +71,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(job.to_json())
     else:
-        print(render_text(job))
+        print(render_text(job, every=args.all))
     return 0
 
 
-def render_text(job: JobReading) -> str:
+def render_text(job: JobReading, every: bool = False) -> str:
     rows = job.rows
+    fold = not every and len(rows) > SCREEN_ROWS
     fmts = sorted({r.reading.format for r in rows})
     offsets = {r.rank: r.offset_ns for r in rows}
     applied = {k: v for k, v in offsets.items() if v}
@@ -64,6 +86,11 @@ def render_text(job: JobReading) -> str:
         if applied
         else "clocks: shared (no offset applied)"
     )
+    if fold and len(applied) > GROUP_RANGES:
+        clock = (
+            f"clocks: offsets applied to {len(applied):,} ranks, {fmt_ns(min(applied.values()))} to "
+            f"{fmt_ns(max(applied.values()))} (--all or --json lists them)"
+        )
     lines = [
         f"job: {len(rows)} ranks ({', '.join(fmts)}), {job.collectives} collectives matched, "
         f"step {fmt_ns(job.step_ns)}; {clock}",
@@ -76,7 +103,8 @@ def render_text(job: JobReading) -> str:
         f"{'waited':>9} {'imposed':>9} {'last':>4} {'step':>9}  source",
     ]
     mark = job.straggler.rank if job.straggler else None
-    for r in rows:
+    shown, groups = fold_rows(job) if fold else (rows, [])
+    for r in shown:
         x = r.reading
         lines.append(
             f"{'▶' if r.rank == mark else ' '} {r.rank:>4} {x.device:>3} {x.pid if x.pid is not None else '-':>7} "
@@ -84,12 +112,89 @@ def render_text(job: JobReading) -> str:
             f"{fmt_ns(r.wait_ns):>9} {fmt_ns(r.imposed_ns):>9} {r.late:>4} {fmt_ns(x.step_ns) if x.step_ns else '-':>9}"
             f"  {os.path.basename(x.source)}"
         )
+    lines += groups
     lines += [
         "",
         "waited: time in collectives waiting for the last rank to arrive; imposed: the others' waiting in the "
         "collectives it arrived last to; last: how often it arrived last",
     ]
+    if fold:
+        lines.append(
+            f"{len(rows):,} ranks are more than a screen ({SCREEN_ROWS}): the straggler and the ranks whose step or "
+            f"waiting is off the median by more than {100 * OUTLIER_SHARE:.0f}% of the step, or busy by more than "
+            f"{100 * OUTLIER_SHARE:.0f} points, are printed; --all prints every rank"
+        )
     return "\n".join(lines)
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    n = len(v)
+    return 0.0 if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
+
+
+def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
+    """The rows to print (the straggler or candidate, then the outliers) and a line per group of the rest.
+
+    A rank is an outlier when its step or its waiting differs from the median by more than
+    ``OUTLIER_SHARE`` of the job's step, or its busy share by more than ``OUTLIER_SHARE`` × 100
+    points; the most deviant ``OUTLIER_ROWS`` are printed, the other outliers are one group line.
+    """
+    rows = job.rows
+    scale = float(job.step_ns) or 1.0
+    steps = [r.reading.step_ns for r in rows if r.reading.step_ns]
+    step_med = _median([float(s) for s in steps])
+    busy_med = _median([r.reading.busy_pct for r in rows])
+    wait_med = _median([float(r.wait_ns) for r in rows])
+    tol_ns = OUTLIER_SHARE * scale
+    tol_pts = 100 * OUTLIER_SHARE
+
+    def deviation(r: RankRow) -> float:
+        """How far out the rank is, in tolerances (≤ 1: within the bounds)."""
+        x = r.reading
+        d = max(abs(x.busy_pct - busy_med) / tol_pts, abs(r.wait_ns - wait_med) / tol_ns)
+        if step_med:
+            d = max(d, abs(x.step_ns - step_med) / tol_ns if x.step_ns else float("inf"))
+        return d
+
+    named = {c.rank for c in (job.straggler, job.candidate) if c is not None}
+    dev = {r.rank: deviation(r) for r in rows}
+    out = sorted((r for r in rows if dev[r.rank] > 1 and r.rank not in named), key=lambda r: (-dev[r.rank], r.rank))
+    printed = named | {r.rank for r in out[:OUTLIER_ROWS]}
+    shown = [r for r in rows if r.rank in printed]  # the table's own order
+    within = sorted(r.rank for r in rows if r.rank not in printed and dev[r.rank] <= 1)
+    beyond = sorted(r.rank for r in out[OUTLIER_ROWS:])
+    tol = fmt_ns(int(tol_ns))
+    bounds = (
+        f"within {100 * OUTLIER_SHARE:.0f}% of the median: "
+        + (f"step {fmt_ns(int(step_med))} ±{tol}, " if step_med else "")
+        + f"waited {fmt_ns(int(wait_med))} ±{tol}, busy {busy_med:.1f}% ±{tol_pts:.0f} points"
+    )
+    groups = []
+    if within:
+        groups.append(f"  {_count(within)} {bounds}: {rank_ranges(within)}")
+    if beyond:
+        groups.append(f"  {_count(beyond)} more outside those bounds, not printed: {rank_ranges(beyond)}")
+    return shown, groups
+
+
+def _count(ranks: list[int]) -> str:
+    return f"{len(ranks):,} rank{'s' if len(ranks) != 1 else ''}"
+
+
+def rank_ranges(ranks: list[int], most: int = GROUP_RANGES) -> str:
+    """Sorted rank numbers as ranges: ``ranks 0-511, 513-1023``; past ``most`` ranges, the count left."""
+    spans: list[tuple[int, int]] = []
+    for k in ranks:
+        if spans and k == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], k)
+        else:
+            spans.append((k, k))
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:most])
+    if len(spans) > most:
+        left = sum(b - a + 1 for a, b in spans[most:])
+        text += f", and {left:,} more (--all or --json lists them)"
+    return ("rank " if len(ranks) == 1 else "ranks ") + text
 
 
 def _straggler_lines(job: JobReading) -> list[str]:
