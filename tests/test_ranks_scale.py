@@ -125,3 +125,13 @@ def test_rank_ranges():
     assert rank_ranges([4]) == "rank 4"
     assert rank_ranges([0, 1, 2, 5, 7, 8]) == "ranks 0-2, 5, 7-8"
     assert rank_ranges(list(range(0, 40, 2)), most=3) == "ranks 0, 2, 4, and 17 more (--all or --json lists them)"
+
+
+def test_clock_offsets_of_many_ranks_are_one_short_line():
+    """Hosts seconds apart: every rank's offset would be one line of thousands of characters."""
+    job = synthetic.__wrapped__(64)  # a fresh job: its rows are edited below
+    for r in job.rows:
+        r.offset_ns = (r.rank // 8) * 1_700_000_000
+    clock = render_text(job).splitlines()[0]
+    assert "clocks: offsets applied to 56 ranks, 1.7 s to 11.9 s (--all or --json lists them)" in clock
+    assert render_text(job, every=True).splitlines()[0].count("rank ") == 56
