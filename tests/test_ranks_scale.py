@@ -31,8 +31,8 @@ def synthetic(n: int = 1024, straggler: int = STRAGGLER, slow: tuple[int, ...] =
     for i in range(n):
         base = real[1] if i == straggler else real[0]
         edit = {}
-        if i in slow:
-            edit["step_ns"] = int(base.step_ns * 1.1)
+        if i in slow:  # 10% slower, the next one 5% more: each unlike the others
+            edit["step_ns"] = int(base.step_ns * (1.1 + 0.05 * slow.index(i)))
         if i in low:
             edit["busy_pct"] = base.busy_pct - 10
         readings.append(
@@ -97,7 +97,8 @@ def test_outliers_past_the_screen_are_one_more_group():
     assert len(text.splitlines()) <= SCREEN_ROWS
     assert 7 in rows and len(rows) == 1 + OUTLIER_ROWS
     assert set(rows) - {7} <= set(slow)
-    more = [line for line in text.splitlines() if "more outside those bounds" in line]
+    more = [line for line in text.splitlines() if "more outside those groups" in line]
+    assert "alike, off the median" not in text
     assert len(more) == 1 and len(_group_ranks(more[0])) == 10
     within = [line for line in text.splitlines() if "within 2% of the median" in line]
     assert sorted(_group_ranks(within[0]) + _group_ranks(more[0]) + rows) == list(range(200))
@@ -135,3 +136,21 @@ def test_clock_offsets_of_many_ranks_are_one_short_line():
     clock = render_text(job).splitlines()[0]
     assert "clocks: offsets applied to 56 ranks, 1.7 s to 11.9 s (--all or --json lists them)" in clock
     assert render_text(job, every=True).splitlines()[0].count("rank ") == 56
+
+
+def test_ranks_alike_off_the_median_are_a_group_each():
+    """Two modes (even ranks on one GPU's copy, odd on the other's, 0.94 ms apart in waiting): two group lines."""
+    real = {r.rank: r.reading for r in job_of(*pair("ddp_even")).rows}
+    readings = [
+        dataclasses.replace(real[i % 2], declared_rank=i, world_size=256, source=f"/job/rank{i}.json.gz", file_index=i)
+        for i in range(256)
+    ]
+    text = render_text(read_job(readings))
+    lines = text.splitlines()
+    assert len(lines) <= SCREEN_ROWS, text
+    groups = [line for line in lines if " alike, off the median" in line]
+    assert len(groups) == 2
+    rows = _rows(text)
+    counts = [int(g.split()[0]) for g in groups]
+    assert sum(counts) + len(rows) == 256
+    assert "ranks 1, 3, 5, 7" in text and "and " in groups[0]  # scattered ranks: the first ranges, then a count

@@ -12,6 +12,7 @@ the outliers (``OUTLIER_SHARE``) and one line per group of the rest, rank number
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -29,6 +30,10 @@ SCREEN_ROWS = 40
 OUTLIER_SHARE = 0.02
 #: Outlier rows printed at most when folded, the most deviant first; the others join a group line.
 OUTLIER_ROWS = 20
+#: A bucket of ranks alike (see ``fold_rows``) off the median is a group line above this many ranks, else rows.
+SMALL_GROUP = 3
+#: Group lines at most (the median's first, then the largest).
+GROUPS = 6
 #: Ranges printed at most in one group line; ``--all`` or ``--json`` lists the rest.
 GROUP_RANGES = 16
 
@@ -122,7 +127,8 @@ def render_text(job: JobReading, every: bool = False) -> str:
         lines.append(
             f"{len(rows):,} ranks are more than a screen ({SCREEN_ROWS}): the straggler and the ranks whose step or "
             f"waiting is off the median by more than {100 * OUTLIER_SHARE:.0f}% of the step, or busy by more than "
-            f"{100 * OUTLIER_SHARE:.0f} points, are printed; --all prints every rank"
+            f"{100 * OUTLIER_SHARE:.0f} points, are printed, more than {SMALL_GROUP} alike as one line; --all prints "
+            "every rank"
         )
     return "\n".join(lines)
 
@@ -136,45 +142,69 @@ def _median(values: list[float]) -> float:
 def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
     """The rows to print (the straggler or candidate, then the outliers) and a line per group of the rest.
 
-    A rank is an outlier when its step or its waiting differs from the median by more than
-    ``OUTLIER_SHARE`` of the job's step, or its busy share by more than ``OUTLIER_SHARE`` × 100
-    points; the most deviant ``OUTLIER_ROWS`` are printed, the other outliers are one group line.
+    Each rank's step, waiting and busy share are measured from the ranks' medians in tolerances
+    (``OUTLIER_SHARE`` of the job's step; ``OUTLIER_SHARE`` × 100 points of busy) and bucketed two
+    tolerances wide, the median's bucket spanning ±1: the ranks within the median's tolerance are
+    one group; a bucket of more than ``SMALL_GROUP`` ranks elsewhere (a second mode: half the ranks
+    on other GPUs) is a group too; the ranks of smaller buckets are the outliers, printed as rows,
+    the ``OUTLIER_ROWS`` furthest out. Past ``GROUPS`` groups or ``OUTLIER_ROWS`` rows, the rest are
+    one line of ranks not printed.
     """
     rows = job.rows
     scale = float(job.step_ns) or 1.0
-    steps = [r.reading.step_ns for r in rows if r.reading.step_ns]
-    step_med = _median([float(s) for s in steps])
+    step_med = _median([float(r.reading.step_ns) for r in rows if r.reading.step_ns])
     busy_med = _median([r.reading.busy_pct for r in rows])
     wait_med = _median([float(r.wait_ns) for r in rows])
     tol_ns = OUTLIER_SHARE * scale
     tol_pts = 100 * OUTLIER_SHARE
 
-    def deviation(r: RankRow) -> float:
-        """How far out the rank is, in tolerances (≤ 1: within the bounds)."""
+    def offs(r: RankRow) -> tuple[float, float, float]:
+        """How far from the medians, in tolerances: step (0 without a step column), busy, waited."""
         x = r.reading
-        d = max(abs(x.busy_pct - busy_med) / tol_pts, abs(r.wait_ns - wait_med) / tol_ns)
-        if step_med:
-            d = max(d, abs(x.step_ns - step_med) / tol_ns if x.step_ns else float("inf"))
-        return d
+        step = 0.0 if not step_med else (x.step_ns - step_med) / tol_ns if x.step_ns else 1e9
+        return step, (x.busy_pct - busy_med) / tol_pts, (r.wait_ns - wait_med) / tol_ns
 
+    off = {r.rank: offs(r) for r in rows}
+    dev = {k: max(abs(d) for d in v) for k, v in off.items()}
     named = {c.rank for c in (job.straggler, job.candidate) if c is not None}
-    dev = {r.rank: deviation(r) for r in rows}
-    out = sorted((r for r in rows if dev[r.rank] > 1 and r.rank not in named), key=lambda r: (-dev[r.rank], r.rank))
-    printed = named | {r.rank for r in out[:OUTLIER_ROWS]}
-    shown = [r for r in rows if r.rank in printed]  # the table's own order
-    within = sorted(r.rank for r in rows if r.rank not in printed and dev[r.rank] <= 1)
-    beyond = sorted(r.rank for r in out[OUTLIER_ROWS:])
-    tol = fmt_ns(int(tol_ns))
-    bounds = (
-        f"within {100 * OUTLIER_SHARE:.0f}% of the median: "
-        + (f"step {fmt_ns(int(step_med))} ±{tol}, " if step_med else "")
-        + f"waited {fmt_ns(int(wait_med))} ±{tol}, busy {busy_med:.1f}% ±{tol_pts:.0f} points"
+    buckets: dict[tuple[int, ...], list[RankRow]] = {}
+    for r in rows:
+        if r.rank not in named:
+            buckets.setdefault(tuple(math.floor((d + 1) / 2) for d in off[r.rank]), []).append(r)
+    median_key = (0, 0, 0)
+    big = sorted(
+        (k for k, v in buckets.items() if k == median_key or len(v) > SMALL_GROUP),
+        key=lambda k: (k != median_key, -len(buckets[k]), k),
     )
+    shown_groups = big[:GROUPS]  # the members of any further group join the outliers
+    outliers = sorted(
+        (r for k, v in buckets.items() if k not in shown_groups for r in v), key=lambda r: (-dev[r.rank], r.rank)
+    )
+    printed = named | {r.rank for r in outliers[:OUTLIER_ROWS]}
+    shown = [r for r in rows if r.rank in printed]  # the table's own order
+    beyond = sorted(r.rank for r in outliers[OUTLIER_ROWS:])
+    tol = fmt_ns(int(tol_ns))
     groups = []
-    if within:
-        groups.append(f"  {_count(within)} {bounds}: {rank_ranges(within)}")
+    for k in shown_groups:
+        members = buckets[k]
+        ranks = sorted(r.rank for r in members)
+        if k == median_key:
+            what = (
+                f"within {100 * OUTLIER_SHARE:.0f}% of the median: "
+                + (f"step {fmt_ns(int(step_med))} ±{tol}, " if step_med else "")
+                + f"waited {fmt_ns(int(wait_med))} ±{tol}, busy {busy_med:.1f}% ±{tol_pts:.0f} points"
+            )
+        else:
+            st = _median([float(r.reading.step_ns) for r in members if r.reading.step_ns])
+            what = (
+                "alike, off the median: "
+                + (f"step {fmt_ns(int(st))}, " if step_med and st else "")
+                + f"waited {fmt_ns(int(_median([float(r.wait_ns) for r in members])))}, "
+                f"busy {_median([r.reading.busy_pct for r in members]):.1f}% (each ±{tol} or ±{tol_pts:.0f} points)"
+            )
+        groups.append(f"  {_count(ranks)} {what}: {rank_ranges(ranks)}")
     if beyond:
-        groups.append(f"  {_count(beyond)} more outside those bounds, not printed: {rank_ranges(beyond)}")
+        groups.append(f"  {_count(beyond)} more outside those groups, not printed: {rank_ranges(beyond)}")
     return shown, groups
 
 
