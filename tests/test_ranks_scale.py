@@ -138,19 +138,27 @@ def test_clock_offsets_of_many_ranks_are_one_short_line():
     assert render_text(job, every=True).splitlines()[0].count("rank ") == 56
 
 
-def test_ranks_alike_off_the_median_are_a_group_each():
-    """Two modes (even ranks on one GPU's copy, odd on the other's, 0.94 ms apart in waiting): two group lines."""
-    real = {r.rank: r.reading for r in job_of(*pair("ddp_even")).rows}
+def test_ranks_alike_off_the_median_are_a_group_of_their_own():
+    """A second mode (every fourth rank's step 10% longer): one group within the median, one of the 64 alike."""
+    real = job_of(*pair("ddp_even")).rows[0].reading
     readings = [
-        dataclasses.replace(real[i % 2], declared_rank=i, world_size=256, source=f"/job/rank{i}.json.gz", file_index=i)
+        dataclasses.replace(
+            real,
+            declared_rank=i,
+            world_size=256,
+            source=f"/job/rank{i}.json.gz",
+            file_index=i,
+            step_ns=int(real.step_ns * (1.1 if i % 4 == 1 else 1)),
+        )
         for i in range(256)
     ]
     text = render_text(read_job(readings))
     lines = text.splitlines()
     assert len(lines) <= SCREEN_ROWS, text
-    groups = [line for line in lines if " alike, off the median" in line]
-    assert len(groups) == 2
+    within = [line for line in lines if "within 2% of the median" in line]
+    alike = [line for line in lines if " alike, off the median" in line]
+    assert len(within) == 1 and len(alike) == 1
     rows = _rows(text)
-    counts = [int(g.split()[0]) for g in groups]
-    assert sum(counts) + len(rows) == 256
-    assert "ranks 1, 3, 5, 7" in text and "and " in groups[0]  # scattered ranks: the first ranges, then a count
+    assert sorted(_group_ranks(alike[0].split(", and ")[0])[:4]) == [1, 5, 9, 13]
+    assert alike[0].startswith("  64 ranks") and "and 48 more (--all or --json lists them)" in alike[0]
+    assert int(within[0].split()[0]) + 64 + len(rows) == 256

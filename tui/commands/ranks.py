@@ -126,9 +126,9 @@ def render_text(job: JobReading, every: bool = False) -> str:
     if fold:
         lines.append(
             f"{len(rows):,} ranks are more than a screen ({SCREEN_ROWS}): the straggler and the ranks whose step or "
-            f"waiting is off the median by more than {100 * OUTLIER_SHARE:.0f}% of the step, or busy by more than "
-            f"{100 * OUTLIER_SHARE:.0f} points, are printed, more than {SMALL_GROUP} alike as one line; --all prints "
-            "every rank"
+            f"waiting is off the median by more than {100 * OUTLIER_SHARE:.0f}% of the step (per step), or busy by "
+            f"more than {100 * OUTLIER_SHARE:.0f} points, are printed, more than {SMALL_GROUP} alike as one line; "
+            "--all prints every rank"
         )
     return "\n".join(lines)
 
@@ -143,7 +143,8 @@ def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
     """The rows to print (the straggler or candidate, then the outliers) and a line per group of the rest.
 
     Each rank's step, waiting and busy share are measured from the ranks' medians in tolerances
-    (``OUTLIER_SHARE`` of the job's step; ``OUTLIER_SHARE`` × 100 points of busy) and bucketed two
+    (``OUTLIER_SHARE`` of the job's step, per step for the waiting, a total over the steps;
+    ``OUTLIER_SHARE`` × 100 points of busy) and bucketed two
     tolerances wide, the median's bucket spanning ±1: the ranks within the median's tolerance are
     one group; a bucket of more than ``SMALL_GROUP`` ranks elsewhere (a second mode: half the ranks
     on other GPUs) is a group too; the ranks of smaller buckets are the outliers, printed as rows,
@@ -157,12 +158,14 @@ def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
     wait_med = _median([float(r.wait_ns) for r in rows])
     tol_ns = OUTLIER_SHARE * scale
     tol_pts = 100 * OUTLIER_SHARE
+    # The waited column is the total over the collectives of the steps: 2% of the step per step.
+    tol_wait = tol_ns * max(job.waits.steps if job.collectives else 1, 1)
 
     def offs(r: RankRow) -> tuple[float, float, float]:
         """How far from the medians, in tolerances: step (0 without a step column), busy, waited."""
         x = r.reading
         step = 0.0 if not step_med else (x.step_ns - step_med) / tol_ns if x.step_ns else 1e9
-        return step, (x.busy_pct - busy_med) / tol_pts, (r.wait_ns - wait_med) / tol_ns
+        return step, (x.busy_pct - busy_med) / tol_pts, (r.wait_ns - wait_med) / tol_wait
 
     off = {r.rank: offs(r) for r in rows}
     dev = {k: max(abs(d) for d in v) for k, v in off.items()}
@@ -183,7 +186,7 @@ def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
     printed = named | {r.rank for r in outliers[:OUTLIER_ROWS]}
     shown = [r for r in rows if r.rank in printed]  # the table's own order
     beyond = sorted(r.rank for r in outliers[OUTLIER_ROWS:])
-    tol = fmt_ns(int(tol_ns))
+    tol, tolw = fmt_ns(int(tol_ns)), fmt_ns(int(tol_wait))
     groups = []
     for k in shown_groups:
         members = buckets[k]
@@ -192,7 +195,7 @@ def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
             what = (
                 f"within {100 * OUTLIER_SHARE:.0f}% of the median: "
                 + (f"step {fmt_ns(int(step_med))} ±{tol}, " if step_med else "")
-                + f"waited {fmt_ns(int(wait_med))} ±{tol}, busy {busy_med:.1f}% ±{tol_pts:.0f} points"
+                + f"waited {fmt_ns(int(wait_med))} ±{tolw}, busy {busy_med:.1f}% ±{tol_pts:.0f} points"
             )
         else:
             st = _median([float(r.reading.step_ns) for r in members if r.reading.step_ns])
@@ -200,7 +203,8 @@ def fold_rows(job: JobReading) -> tuple[list[RankRow], list[str]]:
                 "alike, off the median: "
                 + (f"step {fmt_ns(int(st))}, " if step_med and st else "")
                 + f"waited {fmt_ns(int(_median([float(r.wait_ns) for r in members])))}, "
-                f"busy {_median([r.reading.busy_pct for r in members]):.1f}% (each ±{tol} or ±{tol_pts:.0f} points)"
+                f"busy {_median([r.reading.busy_pct for r in members]):.1f}% "
+                f"(each ±{tol}, ±{tolw} waited, ±{tol_pts:.0f} points)"
             )
         groups.append(f"  {_count(ranks)} {what}: {rank_ranges(ranks)}")
     if beyond:
