@@ -162,3 +162,30 @@ def test_ranks_alike_off_the_median_are_a_group_of_their_own():
     assert sorted(_group_ranks(alike[0].split(", and ")[0])[:4]) == [1, 5, 9, 13]
     assert alike[0].startswith("  64 ranks") and "and 48 more (--all or --json lists them)" in alike[0]
     assert int(within[0].split()[0]) + 64 + len(rows) == 256
+
+
+def test_the_job_view_keeps_its_overview_with_many_offset_ranks():
+    """1,024 ranks on hosts seconds apart: the viewer's header summarises the offsets in one line instead of
+    listing every rank's (123 header lines at 1,024 ranks left the overview one row), so rows stay on screen."""
+    import asyncio
+
+    from gaplens.tui.screens.job import HEADER_OFFSETS, JobApp
+    from tests.pilot import screen_lines
+
+    job = synthetic.__wrapped__(1024)
+    for r in job.rows:
+        r.offset_ns = (r.rank // 8) * 1_700_000_000
+
+    async def run() -> list[str]:
+        app = JobApp(job)
+        async with app.run_test(size=(140, 45)) as pilot:
+            await pilot.pause()
+            return screen_lines(app)
+
+    lines = asyncio.run(run())
+    text = "\n".join(lines)
+    assert len([r for r in job.rows if r.offset_ns]) > HEADER_OFFSETS
+    assert "offsets applied to 1,016 ranks" in text
+    assert sum(1 for ln in lines if "rank 8 " in ln or "rank 9 " in ln) == 0  # no per-rank offset list
+    rows = [ln for ln in lines if re.search(r"^\s*[▶ ]?\s*\d+\s", ln)]
+    assert len(rows) >= 10, lines

@@ -80,22 +80,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def offsets_text(applied: dict[int, int], limit: int | None) -> str:
+    """The clock offsets applied per rank, in words; more than ``limit`` ranks are summarised as a count and a
+    range (a multi-host job of 10,000 ranks has an offset for nearly every rank: a line, not a screenful)."""
+    if not applied:
+        return "shared (no offset applied)"
+    if limit is not None and len(applied) > limit:
+        lo, hi = min(applied.values()), max(applied.values())
+        return f"offsets applied to {len(applied):,} ranks, {fmt_ns(lo)} to {fmt_ns(hi)}"
+    return ", ".join(f"rank {k} {fmt_ns(v)}" for k, v in sorted(applied.items()))
+
+
 def render_text(job: JobReading, every: bool = False) -> str:
     rows = job.rows
     fold = not every and len(rows) > SCREEN_ROWS
     fmts = sorted({r.reading.format for r in rows})
-    offsets = {r.rank: r.offset_ns for r in rows}
-    applied = {k: v for k, v in offsets.items() if v}
-    clock = (
-        "clocks: " + ", ".join(f"rank {k} {fmt_ns(v)}" for k, v in sorted(applied.items()))
-        if applied
-        else "clocks: shared (no offset applied)"
-    )
+    applied = {r.rank: r.offset_ns for r in rows if r.offset_ns}
+    clock = "clocks: " + offsets_text(applied, GROUP_RANGES if fold else None)
     if fold and len(applied) > GROUP_RANGES:
-        clock = (
-            f"clocks: offsets applied to {len(applied):,} ranks, {fmt_ns(min(applied.values()))} to "
-            f"{fmt_ns(max(applied.values()))} (--all or --json lists them)"
-        )
+        clock += " (--all or --json lists them)"
     lines = [
         f"job: {len(rows)} ranks ({', '.join(fmts)}), {job.collectives} collectives matched, "
         f"step {fmt_ns(job.step_ns)}; {clock}",

@@ -32,6 +32,7 @@ from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Kind, clean_name
 from gaplens.tui import jobbars
 from gaplens.tui.app import GaplensApp
+from gaplens.tui.commands.ranks import offsets_text
 from gaplens.tui.keys import KEYS
 from gaplens.tui.viewport import Viewport
 
@@ -70,6 +71,11 @@ def start_here(job: JobReading) -> str:
         f"Start here: rank {s.rank} is the straggler ({s.cause}), imposing {fmt_ns(s.wait_imposed_per_step_ns)} "
         f"of waiting per step — {why}. enter opens it at the straggling moment."
     )
+
+
+#: Rank offsets the job header lists one by one; more are summarised (count and range), so a multi-host job
+#: of thousands of ranks keeps its overview on screen (at 1,024 such ranks the header took 123 lines).
+HEADER_OFFSETS = 8
 
 
 class JobOverview(ScrollView, can_focus=True):
@@ -202,7 +208,7 @@ class JobApp(App[Next]):
         job = self.job
         fmts = ", ".join(sorted({r.reading.format for r in job.rows}))
         applied = {r.rank: r.offset_ns for r in job.rows if r.offset_ns}
-        clocks = ", ".join(f"rank {k} {fmt_ns(v)}" for k, v in sorted(applied.items())) or "shared"
+        clocks = offsets_text(applied, HEADER_OFFSETS) if applied else "shared"
         head = (
             f"gaplens · job · {len(job.rows)} ranks ({fmts}) · {job.collectives} collectives matched · "
             f"step {fmt_ns(job.step_ns)} · clock offsets: {clocks}"
