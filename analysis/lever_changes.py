@@ -23,9 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.floor.reading import gpu_matches
-from gaplens.analysis.levers import copy_kinds, launches, per_step
+from gaplens.analysis.levers import allocator_off, copy_kinds, launches
 from gaplens.analysis.steps import steps
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.whatif import NO_GAIN_SHARE, Change, whatif
@@ -34,10 +33,6 @@ from gaplens.loaders.model import Kind, Trace
 #: Share of the host link's one-way peak a pinned copy reaches: 54.6 GB/s of PCIe Gen5 x16's 64 GB/s for a
 #: 512 MiB pinned HtoD copy on an H200 (round-3 floor_calib, CUDA events: 9.84 ms), i.e. 0.85.
 PINNED_LINK_SHARE = 0.85
-#: Device allocations per step at this share of the kernel launches or more mean the caching allocator is off
-#: (every op allocates): 371 cudaMalloc per 264 launches in round-4 alloc_fault; code that allocates a buffer
-#: or two per step has a handful.
-ALLOCATOR_OFF_SHARE = 0.5
 #: Said beside --remove alloc's prediction when the allocator is off: the trace cannot show the rest of the fix.
 ALLOCATOR_OFF_NOTE = (
     "a lower bound on the gain: with the caching allocator off every op allocates, and the recordings show the "
@@ -154,17 +149,6 @@ def quote(trace: Trace, group: str, copies: list[int] | None = None) -> Quote:
     if group == "alloc" and allocator_off(trace):
         got = Quote(got.changes, got.measured_ns, got.predicted_ns, (*got.notes, ALLOCATOR_OFF_NOTE), got.why_not)
     return got
-
-
-def allocator_off(trace: Trace) -> bool:
-    """Device allocations as many as ``ALLOCATOR_OFF_SHARE`` of the kernel launches: every op allocates."""
-
-    cls = api_class(trace)
-    names = trace.names
-    alloc = np.flatnonzero(cls == Call.ALLOC)
-    device = alloc[[("host" not in names[int(i)].lower()) for i in trace.name_id[alloc]]] if alloc.size else alloc
-    launches = np.flatnonzero(cls == Call.LAUNCH)
-    return device.size > 0 and per_step(trace, device)[0] >= ALLOCATOR_OFF_SHARE * per_step(trace, launches)[0]
 
 
 def quotes(trace: Trace, group: str, copies: list[int] | None = None) -> list[Quote]:

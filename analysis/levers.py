@@ -281,8 +281,10 @@ def graph_lever(trace: Trace, workload: str, base: str) -> str:
 
 #: The allocation lever, by what the trace shows allocating.
 ALLOC_LEVERS = {
-    "device": "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and reuse buffers "
+    "allocator_off": "keep PyTorch's caching allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING) and reuse buffers "
     "instead of creating and freeing device tensors inside the loop",
+    "device": "create the device tensors once and reuse them (preallocate outside the loop, in-place ops, out= "
+    "arguments): the caching allocator reuses a freed block only when the sizes repeat",
     "pinned": "allocate the pinned host buffers once and reuse them (a pinned-memory pool, "
     "DataLoader(pin_memory=True)), not a new pinned buffer every step",
     "hpc": "allocate once before the loop and reuse the buffers (cudaMallocAsync with a memory pool, or a "
@@ -340,9 +342,30 @@ def alloc_lever(trace: Trace, workload: str) -> str:
     idx = np.flatnonzero(api_class(trace) == Call.ALLOC)
     names = {trace.names[int(i)].lower() for i in np.unique(trace.name_id[idx]).tolist()}
     pinned = any("host" in n for n in names)
-    key = "hpc" if workload == "hpc" else ("pinned" if pinned and not any("host" not in n for n in names) else "device")
+    if workload == "hpc":
+        key = "hpc"
+    elif pinned and not any("host" not in n for n in names):
+        key = "pinned"
+    else:
+        key = "allocator_off" if allocator_off(trace) else "device"
     calls = _calls_text(trace, idx)
     return f"{ALLOC_LEVERS[key]}: {calls}" if calls else ALLOC_LEVERS[key]
+
+
+#: Device allocations per step at this share of the kernel launches or more mean the caching allocator is off
+#: (every op allocates): 371 cudaMalloc per 264 launches in round-4 alloc_fault; code that allocates a buffer
+#: or two per step has a handful.
+ALLOCATOR_OFF_SHARE = 0.5
+
+
+def allocator_off(trace: Trace) -> bool:
+    """Device allocations as many as ``ALLOCATOR_OFF_SHARE`` of the kernel launches per step: every op allocates."""
+    cls = api_class(trace)
+    alloc = np.flatnonzero(cls == Call.ALLOC)
+    names = trace.names
+    device = alloc[[("host" not in names[int(i)].lower()) for i in trace.name_id[alloc]]] if alloc.size else alloc
+    launches = np.flatnonzero(cls == Call.LAUNCH)
+    return device.size > 0 and per_step(trace, device)[0] >= ALLOCATOR_OFF_SHARE * per_step(trace, launches)[0]
 
 
 def sync_lever(trace: Trace, workload: str = "generic") -> str:
