@@ -127,3 +127,19 @@ def test_a_sync_per_layer_reads_as_sync_with_the_loop_lever() -> None:
 def _calls(lever: str) -> list[tuple[str, str]]:
     tail = lever.rsplit(": ", 1)[1]
     return [(p.split(" ×")[0].strip(), p) for p in tail.split(", ") if " ×" in p]
+
+
+@pytest.mark.slow
+def test_a_step_that_synchronises_per_layer_cannot_be_graphed_and_says_why() -> None:
+    """syncloop's step synchronises 33 times between its launches: --graph step refuses, naming the call and
+    the lever that comes first; step 6 (the sync group) never quotes a graph."""
+    from gaplens.analysis.whatif import Change
+
+    fault = load(str(DATA / "syncloop_fault.json.gz"))
+    with pytest.raises(ValueError, match=r"cudaDeviceSynchronize, (\d+) per instance.*--remove sync") as refused:
+        whatif(fault, [Change("graph", "step")])
+    import re
+
+    waiting = int(re.search(r"cudaDeviceSynchronize, (\d+) per instance", str(refused.value)).group(1))
+    assert 2 < waiting <= 33  # the syncs that waited, of the 33 per step (meta.json): far past one read-back
+    assert not any("--graph" in line for line in experiment(fault).facts)
