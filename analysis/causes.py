@@ -657,6 +657,7 @@ def _call_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray
 
     cls = api_class(trace)
     waited = _waited_ns(trace, cls)
+    per_lane: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the class's calls of a lane, once
     out = []
     for i in gaps.tolist():
         call = int(trace.launch[int(nxt[i])]) if nxt[i] >= 0 else -1
@@ -664,14 +665,18 @@ def _call_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray
             out.append("")
             continue
         s, e = int(reg.start_ns[i]), int(reg.end_ns[i])
-        sl = trace.lane_events(int(trace.lane[call]))
-        idx = np.arange(sl.start, sl.stop)
-        # the calls inside the region, and the last one of the class before it (whose run-ahead this may be)
-        mine = idx[cls[idx] == cls_]
-        inside = mine[(trace.start_ns[mine] < e) & (trace.end_ns[mine] > s)]
-        before = mine[trace.end_ns[mine] <= s]
-        if before.size and inside.size == 0:
-            inside = before[[np.argmax(trace.end_ns[before])]]
+        lane = int(trace.lane[call])
+        if lane not in per_lane:
+            sl = trace.lane_events(lane)
+            idx = np.arange(sl.start, sl.stop)
+            mine_all = idx[cls[idx] == cls_]  # one thread's calls: in start order, not overlapping
+            per_lane[lane] = (mine_all, trace.start_ns[mine_all], np.maximum.accumulate(trace.end_ns[mine_all]))
+        mine, starts, ends = per_lane[lane]
+        # the calls inside the region, else the last one of the class before it (whose run-ahead this may be)
+        lo, hi = int(np.searchsorted(ends, s, "right")), int(np.searchsorted(starts, e, "left"))
+        inside = mine[lo:hi]
+        if inside.size == 0 and lo > 0:
+            inside = mine[lo - 1 : lo]
         if inside.size == 0:
             out.append(head)
             continue

@@ -19,6 +19,7 @@ A change the model cannot make for this trace (no steps, a phase that synchronis
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,10 +106,35 @@ def launch_change(trace: Trace) -> Change:
 def capturable(trace: Trace) -> bool:
     """Whether ``--graph step`` accepts the trace's steps (no synchronisation between their launches)."""
     try:
-        whatif(trace, [Change("graph", "step")])
+        _replayed(trace, [Change("graph", "step")])
     except ValueError:
         return False
     return True
+
+
+#: Replays made for step 6, per live trace: asking whether the step can be graphed, then quoting that graph,
+#: then asking what ``--remove host`` removes would otherwise replay the same change two or three times.
+_RUNS: dict[int, tuple[weakref.ref, dict[tuple[Change, ...], dict | ValueError]]] = {}
+
+
+def _replayed(trace: Trace, changes: list[Change]) -> dict:
+    """``whatif(trace, changes)``, once per trace and changes (a refusal is remembered and raised again)."""
+    key = id(trace)
+    hit = _RUNS.get(key)
+    if hit is None or hit[0]() is not trace:
+        hit = (weakref.ref(trace, lambda _, key=key: _RUNS.pop(key, None)), {})
+        _RUNS[key] = hit
+    runs = hit[1]
+    k = tuple(changes)
+    if k not in runs:
+        try:
+            runs[k] = whatif(trace, changes)
+        except ValueError as exc:
+            runs[k] = exc
+    got = runs[k]
+    if isinstance(got, ValueError):
+        raise got
+    return got
 
 
 def pinned_scale(trace: Trace, copies: list[int] | None = None) -> Change | None:
@@ -162,14 +188,14 @@ def quotes(trace: Trace, group: str, copies: list[int] | None = None) -> list[Qu
 
 
 def _nothing_removed(trace: Trace) -> bool:
-    r = whatif(trace, [Change("remove", "host")])
+    r = _replayed(trace, [Change("remove", "host")])
     d = r["changes"][0]
     return d["regions"] == 0 and not d.get("pipeline_ns")
 
 
 def _predict(trace: Trace, changes: list[Change], label: str = "") -> Quote:
     try:
-        r = whatif(trace, changes)
+        r = _replayed(trace, changes)
     except ValueError as exc:
         return Quote(tuple(changes), why_not=f"what-if cannot model this lever here: {exc}")
     st = r["steps"]
