@@ -4,7 +4,9 @@ One table, lever (the experiment's cause group) → change (``analysis.whatif``)
 
     group       lever (analysis.levers)                          change
     launch      capture the step in a CUDA graph / fuse kernels  --graph step (where the step can be captured
-                                                                 and is not graphed already), else --remove launch
+                                                                 and is not graphed already; --remove sync --graph
+                                                                 step where its syncs stand in the way), else
+                                                                 --remove launch
     host        move CPU work off the step, feed the GPU ahead   --remove host (islands + the input pipeline's wait)
     sync        remove the synchronisation inside the loop       --remove sync (the host runs ahead)
     alloc       keep the caching allocator on / reuse buffers    --remove alloc
@@ -85,7 +87,7 @@ def changes_for(trace: Trace, group: str, copies: list[int] | None = None) -> tu
     if group in NO_MODEL:
         return [], NO_MODEL[group]
     if group == "launch":
-        return [launch_change(trace)], ""
+        return launch_changes(trace), ""
     if group in ("host", "sync", "alloc"):
         return [Change("remove", group)], ""
     if group == "copy":
@@ -94,19 +96,23 @@ def changes_for(trace: Trace, group: str, copies: list[int] | None = None) -> tu
     return [], ""
 
 
-def launch_change(trace: Trace) -> Change:
-    """``--graph step`` where the steps can be captured and the trace does not replay graphs already, else
-    ``--remove launch`` (what fusing kernels or a graph of the launch loop alone takes away)."""
+def launch_changes(trace: Trace) -> list[Change]:
+    """``--graph step`` where the steps can be captured and the trace does not replay graphs already; where
+    only their synchronisations stand in the way, ``--remove sync --graph step`` (a capture needs them gone
+    first: the eager decode sample syncs ~5 times a step); else ``--remove launch`` (what fusing kernels or
+    a graph of the launch loop alone takes away)."""
+    if steps(trace) and not launches(trace).graphed:
+        for changes in ([Change("graph", "step")], [Change("remove", "sync"), Change("graph", "step")]):
+            if capturable(trace, changes):
+                return changes
+    return [Change("remove", "launch")]
 
-    if steps(trace) and not launches(trace).graphed and capturable(trace):
-        return Change("graph", "step")
-    return Change("remove", "launch")
 
-
-def capturable(trace: Trace) -> bool:
-    """Whether ``--graph step`` accepts the trace's steps (no synchronisation between their launches)."""
+def capturable(trace: Trace, changes: list[Change] | None = None) -> bool:
+    """Whether ``--graph step`` (with ``changes``) accepts the trace's steps: no synchronisation left between
+    their launches."""
     try:
-        _replayed(trace, [Change("graph", "step")])
+        _replayed(trace, changes or [Change("graph", "step")])
     except ValueError:
         return False
     return True
@@ -171,7 +177,7 @@ def quote(trace: Trace, group: str, copies: list[int] | None = None) -> Quote:
     got = _predict(trace, changes)
     if group == "host" and got.changes and not got.why_not and _nothing_removed(trace):
         # no island and no input pipeline: the host group is the launch loop's short gaps
-        got = _predict(trace, [launch_change(trace)])
+        got = _predict(trace, launch_changes(trace))
     if group == "alloc" and allocator_off(trace):
         got = Quote(got.changes, got.measured_ns, got.predicted_ns, (*got.notes, ALLOCATOR_OFF_NOTE), got.why_not)
     return got

@@ -128,7 +128,8 @@ def replay(trace: Trace, changes: list[Change]) -> tuple[Replay, list[dict]]:
                  "gpu_ns": int(d[hit].sum()), "gpu_ns_after": int(dnew[hit].sum())}
             )  # fmt: skip
         elif ch.kind == "graph":
-            th, s0, s1, desc, graphed = graph_instances(trace, b, ch.target)
+            syncs_removed = any(c.kind == "remove" and c.target == "sync" for c in changes)
+            th, s0, s1, desc, graphed = graph_instances(trace, b, ch.target, syncs_removed)
             del_thread.append(th)
             del_s.append(s0)
             del_e.append(s1)

@@ -227,9 +227,11 @@ def removal(trace: Trace, b: Base, cause: str, every: bool = False):
     return th, g0, g1, desc, unblock, off_stream
 
 
-def graph_instances(trace: Trace, b: Base, target: str):
+def graph_instances(trace: Trace, b: Base, target: str, syncs_removed: bool = False):
     """``--graph TARGET``: the host time inside each instance to take off, a description, and the GPU ops
-    (positions in ``b.g``) launched inside an instance. ValueError when TARGET names nothing or synchronises."""
+    (positions in ``b.g``) launched inside an instance. ValueError when TARGET names nothing or synchronises;
+    with ``syncs_removed`` (``--remove sync`` in the same run) the synchronising calls are gone first and only
+    the other blocking calls (synchronous copies) split or refuse the capture."""
 
     spans, pid, label = _instances(trace, target)
     if not spans:
@@ -249,6 +251,8 @@ def graph_instances(trace: Trace, b: Base, target: str):
     bt = b.thread[b.b_call]
     k = np.searchsorted(h0, b.b_start, "right") - 1
     blocks = np.isin(bt, threads) & (k >= 0) & (b.b_end <= h1[np.maximum(k, 0)]) & (b.b_wait > 0)
+    if syncs_removed:
+        blocks &= api_class(trace)[b.b_call] != Call.SYNC
     bk, bs = k[blocks], b.b_start[blocks]
     o = np.lexsort((bs, bk))
     bk, bs = bk[o], bs[o]

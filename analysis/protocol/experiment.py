@@ -269,8 +269,11 @@ def experiment(trace: Trace) -> Experiment:
     copies = _copies_in(trace, cols.start_ns[mine], cols.end_ns[mine]) if cause == "copy" else None
     qs = quotes(trace, cause, copies)
     lever = fitted_lever(trace, GROUP_LEVER.get(cause, cause), _kind(trace), copies)
-    if qs[0].changes and qs[0].changes[0].kind == "graph":
+    kinds = {c.kind for c in qs[0].changes}
+    if "graph" in kinds:
         lever = graph_lever(trace, _kind(trace), lever)
+        if "remove" in kinds:  # --remove sync --graph step: the step's synchronisations stand in the way
+            lever += "; first take the synchronisations out of the step (a CUDA graph cannot hold one)"
     return Experiment(lever, because, cause, blank, total, highlight, facts + [ln for q in qs for ln in q.lines()])
 
 
