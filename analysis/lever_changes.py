@@ -128,7 +128,11 @@ def _replayed(trace: Trace, changes: list[Change]) -> dict:
     key = id(trace)
     hit = _RUNS.get(key)
     if hit is None or hit[0]() is not trace:
-        hit = (weakref.ref(trace, lambda _, key=key: _RUNS.pop(key, None)), {})
+
+        def forget(_: weakref.ref, key: int = key) -> None:  # the trace is gone: so are its replays
+            _RUNS.pop(key, None)
+
+        hit = (weakref.ref(trace, forget), {})
         _RUNS[key] = hit
     runs = hit[1]
     k = tuple(changes)
