@@ -36,11 +36,13 @@ from gaplens.loaders.model import Kind, Trace
 #: Share of the host link's one-way peak a pinned copy reaches: 54.6 GB/s of PCIe Gen5 x16's 64 GB/s for a
 #: 512 MiB pinned HtoD copy on an H200 (round-3 floor_calib, CUDA events: 9.84 ms), i.e. 0.85.
 PINNED_LINK_SHARE = 0.85
-#: Said beside --remove alloc's prediction when the allocator is off: the trace cannot show the rest of the fix.
+#: Said beside --remove alloc's prediction when the allocator is off: the trace cannot show the rest of the fix
+#: (tests/data/round5/README.md: round-4 alloc +70%, round-5 allocconv +45%, allocinfer +1% where the device
+#: work is long).
 ALLOCATOR_OFF_NOTE = (
-    "a lower bound on the gain: with the caching allocator off every op allocates, and the recordings show the "
-    "launch calls and ops around the allocations slower too (launches 2x in round-4 alloc_fault against its fix); "
-    "what-if takes only the allocation calls off"
+    "a bound: the step falls at least this far. With the caching allocator off the rest of the host's work ran "
+    "slower too in our recordings (pure host ops 1.2-2x, launch calls 1.4-1.7x their fixed twins'); what-if "
+    "takes off only the allocation calls, so a host-bound step gains more"
 )
 #: Why no prediction is quoted for groups the replay cannot change.
 NO_MODEL = {

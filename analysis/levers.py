@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.alloc_sites import allocating_ops, released_in_a_burst
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.phases import phases
@@ -287,6 +288,9 @@ ALLOC_LEVERS = {
     "arguments): the caching allocator reuses a freed block only when the sizes repeat",
     "pinned": "allocate the pinned host buffers once and reuse them (a pinned-memory pool, "
     "DataLoader(pin_memory=True)), not a new pinned buffer every step",
+    "released": "stop emptying the allocator's cache inside the loop (torch.cuda.empty_cache() per step, or a "
+    "memory limit that makes it hand its blocks back): the frees come in one run outside any op and the same "
+    "blocks are allocated again the next step",
     "hpc": "allocate once before the loop and reuse the buffers (cudaMallocAsync with a memory pool, or a "
     "caching allocator), not cudaMalloc/cudaFree every step",
 }
@@ -346,10 +350,25 @@ def alloc_lever(trace: Trace, workload: str) -> str:
         key = "hpc"
     elif pinned and not any("host" not in n for n in names):
         key = "pinned"
+    elif allocator_off(trace):
+        key = "allocator_off"
     else:
-        key = "allocator_off" if allocator_off(trace) else "device"
+        key = "released" if released_in_a_burst(trace) else "device"
     calls = _calls_text(trace, idx)
-    return f"{ALLOC_LEVERS[key]}: {calls}" if calls else ALLOC_LEVERS[key]
+    if not calls:
+        return ALLOC_LEVERS[key]
+    return f"{ALLOC_LEVERS[key]}: {calls}{_sites_text(trace, idx)}"
+
+
+def _sites_text(trace: Trace, idx: np.ndarray) -> str:
+    """``; allocated in aten::addmm ×16, aten::gelu ×16 per step``: the ops holding the allocations."""
+
+    sites = allocating_ops(trace, idx)
+    if not sites:
+        return ""
+    per, unit = per_step(trace, idx)
+    share = per / max(idx.size, 1)
+    return "; allocated in " + ", ".join(f"{name} ×{n * share:.3g}" for name, n in sites) + f" {unit}"
 
 
 #: Device allocations per step at this share of the kernel launches or more mean the caching allocator is off

@@ -1,0 +1,117 @@
+"""Held-out pairs for the allocation and run-ahead readings (tests/data/round5, recorded on an H200; README there).
+
+Written after the what-if model and never used to build it: other kinds of the two faults issue 32 names.
+Each fault trace is read as a user would (the experiment's lever, the quoted change's prediction) and held
+against the fixed twin's CUDA-event step (meta.json). Misses are marked with their numbers (issue 32's
+target: within 25%); the lever's counts are checked against the runtime calls counted in the exported trace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gaplens.analysis.lever_changes import quote
+from gaplens.analysis.protocol.experiment import experiment
+from gaplens.loaders import load
+
+DATA = Path(__file__).resolve().parent / "data" / "round5"
+TARGET = 0.25  # issue 32: the prediction from the fault within 25% of the twin
+
+
+def _meta(name: str) -> dict:
+    return json.loads((DATA / f"{name}.meta.json").read_text())["summary"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "pair",
+    [
+        "allocinfer",  # device-heavy forward, allocator off -> on: the frees cost the run-ahead
+        pytest.param(
+            "allocconv",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="predicted 12.4 ms against 8.53 ms fixed (+45%): a host-bound CNN step whose other host "
+                "ops ran slower with the allocator off (pure host ops 2.76 vs 2.34 µs median, launches 9.6 vs "
+                "7.1 µs; README); --remove alloc keeps the host's own work at the trace's speed",
+            ),
+        ),
+        pytest.param(
+            "emptycache",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="predicted 22.7 ms against 17.63 ms fixed (+29%): host-bound, the host ops 1.55 vs "
+                "1.26 µs median beside the frees (README)",
+            ),
+        ),
+    ],
+)
+def test_remove_alloc_predicts_the_fixed_twin(pair: str) -> None:
+    fault = load(str(DATA / f"{pair}_fault.json.gz"))
+    ex = experiment(fault)
+    assert ex.group == "alloc"
+    q = quote(fault, ex.group)
+    assert q.command == "--remove alloc" and q.predicted_ns is not None
+    truth = _meta(f"{pair}_fixed")["step_gpu_ms_median"]
+    assert abs(q.predicted_ns / 1e6 / truth - 1) <= TARGET, (q.predicted_ns / 1e6, truth)
+
+
+def _per_step(lever: str, name: str) -> float:
+    """The ``NAME ×N`` count the lever gives for one call or op."""
+    return float(lever.split(f"{name} ×", 1)[1].split(" ")[0].rstrip(",;"))
+
+
+@pytest.mark.slow
+def test_the_lever_names_the_ops_that_allocate() -> None:
+    """allocinfer: each of the 16 layers allocates its Linear's output (addmm) and its GELU's (meta: 32
+    cudaMalloc per step); the lever names both ops, 16 each per step, and the calls per step."""
+    ex = experiment(load(str(DATA / "allocinfer_fault.json.gz")))
+    facts = _meta("allocinfer_fault")["trace_per_step_median"]
+    layers = json.loads((DATA / "allocinfer_fault.meta.json").read_text())["params"]["layers"]
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" in ex.lever
+    assert _per_step(ex.lever, "cudaMalloc") == pytest.approx(facts["cudaMalloc"], rel=0.02)
+    assert "allocated in aten::addmm" in ex.lever
+    assert _per_step(ex.lever, "aten::addmm") == pytest.approx(layers)
+    assert _per_step(ex.lever, "aten::gelu") == pytest.approx(layers)
+
+
+@pytest.mark.slow
+def test_a_cache_emptied_every_step_gets_its_own_lever() -> None:
+    """emptycache: torch.cuda.empty_cache() ends every step, so all its cudaFree calls (41 per step, meta)
+    come back to back outside any op; the allocator is on (41 allocations beside 403 launches), so the lever
+    is to stop emptying the cache, not to turn the allocator on."""
+    ex = experiment(load(str(DATA / "emptycache_fault.json.gz")))
+    facts = _meta("emptycache_fault")["trace_per_step_median"]
+    assert ex.group == "alloc"
+    assert ex.lever.startswith("stop emptying the allocator's cache inside the loop")
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING" not in ex.lever
+    assert _per_step(ex.lever, "cudaFree") == pytest.approx(facts["cudaFree"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_code_that_frees_where_tensors_die_is_not_an_emptied_cache() -> None:
+    """The allocator-off faults free one tensor at a time between launches inside ops as well as outside:
+    released_in_a_burst must not fire on them (nor on a trace with no frees)."""
+    from gaplens.analysis.alloc_sites import released_in_a_burst
+
+    assert not released_in_a_burst(load(str(DATA / "allocinfer_fault.json.gz")))
+    assert not released_in_a_burst(load(str(DATA / "allocconv_fault.json.gz")))
+    assert not released_in_a_burst(load(str(DATA / "emptycache_fixed.json.gz")))
+    assert released_in_a_burst(load(str(DATA / "emptycache_fault.json.gz")))
+
+
+@pytest.mark.slow
+def test_a_guard_per_block_on_a_host_bound_forward_is_read_as_launch_bound() -> None:
+    """nancheck: 13 syncs per step (meta) on a forward whose device is idle most of the step (1.07 ms of
+    kernels in 12.9 ms): each sync returns at once, the host was never ahead, so the sync share stays small
+    and step 6 proposes the graph capture, syncs out first, rather than promising a run-ahead gain."""
+    fault = load(str(DATA / "nancheck_fault.json.gz"))
+    ex = experiment(fault)
+    facts = _meta("nancheck_fault")["trace_per_step_median"]
+    assert facts["syncs"] == 13 and facts["kernel_us"] < 0.1 * _meta("nancheck_fault")["step_gpu_ms_median"] * 1e3
+    assert ex.group == "launch"
+    assert "take the synchronisations out" in ex.lever
+    assert quote(fault, ex.group).command == "--remove sync --graph step"
