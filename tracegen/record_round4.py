@@ -1067,25 +1067,34 @@ CASES["itemkeep_fault"] = lambda a: itemlog(a, True, pair="itemkeep")
 CASES["itemkeep_fixed"] = lambda a: itemlog(a, False, keep_log=True, pair="itemkeep")
 
 
-def main() -> None:
+def main(
+    cases: dict[str, Callable[[argparse.Namespace], None]] | None = None,
+    doc: str | None = None,
+    on_small: Callable[[bool], None] | None = None,
+) -> None:
+    """Run the named cases, each guarded so one failure loses only itself (record_round5.py reuses this with
+    its own ``cases``; ``on_small`` sets its own ``SMALL``)."""
     global SMALL
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cases = CASES if cases is None else cases
+    ap = argparse.ArgumentParser(description=(doc or __doc__ or "").splitlines()[0])
     ap.add_argument("--case", required=True, help="a case name, comma-separated names, 'all', or 'list'")
     ap.add_argument("--out", default="out_round4")
     ap.add_argument("--small", action="store_true", help="tiny sizes (CPU logic check)")
     a = ap.parse_args()
     SMALL = a.small
     r3.SMALL = a.small
+    if on_small is not None:
+        on_small(a.small)
     if a.case == "list":
-        print("\n".join(CASES))
+        print("\n".join(cases))
         return
     os.makedirs(a.out, exist_ok=True)
-    names = list(CASES) if a.case == "all" else a.case.split(",")
+    names = list(cases) if a.case == "all" else a.case.split(",")
     failed = []
     for name in names:
         t0 = time.perf_counter()
         try:
-            CASES[name](a)
+            cases[name](a)
         except Exception as exc:  # one case's failure must not lose the others
             import traceback
 

@@ -32,7 +32,6 @@ if any(t in ("allocinfer_fault", "allocconv_fault") for arg in sys.argv[1:] for 
     os.environ.setdefault("PYTORCH_NO_CUDA_MEMORY_CACHING", "1")  # must precede CUDA's start
 
 import argparse
-import time
 from collections.abc import Callable
 
 import torch
@@ -40,7 +39,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import record_round3 as r3
 import record_round4 as r4
 from record_round3 import BF, CUDA, DEV, LM, Block, sync
 from record_round4 import Plain, Rec4, base_meta, name_of
@@ -244,32 +242,13 @@ for _pair, _fn in PAIRS.items():
     CASES[f"{_pair}_fixed"] = (lambda f: lambda a: f(a, False))(_fn)
 
 
-def main() -> None:
+def _set_small(small: bool) -> None:
     global SMALL
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", required=True, help="a case name, comma-separated names, or 'list'")
-    ap.add_argument("--out", default="out_round5")
-    ap.add_argument("--small", action="store_true", help="tiny sizes (CPU logic check)")
-    a = ap.parse_args()
-    SMALL = r3.SMALL = r4.SMALL = a.small
-    if a.case == "list":
-        print("\n".join(CASES))
-        return
-    os.makedirs(a.out, exist_ok=True)
-    failed = []
-    for name in a.case.split(","):
-        t0 = time.perf_counter()
-        try:
-            CASES[name](a)
-        except Exception as exc:  # one case's failure must not lose the others
-            import traceback
+    SMALL = small
 
-            traceback.print_exc()
-            failed.append((name, repr(exc)))
-        print(f"== {name} took {time.perf_counter() - t0:.1f} s")
-    if failed:
-        print("FAILED:", failed)
-        sys.exit(1)
+
+def main() -> None:
+    r4.main(CASES, __doc__, _set_small)
 
 
 if __name__ == "__main__":
