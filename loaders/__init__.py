@@ -6,8 +6,9 @@ import os
 import zlib
 from typing import TYPE_CHECKING, Protocol
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
-from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gaplens.loaders.model import TraceError
+from gaplens.loaders.errors import TraceError
 
 # zlib-ng inflates 2-5x faster than the system zlib (the gunzip thread paces a big load); same API and errors.
 inflate: Any = zlib  # on a platform without its wheel

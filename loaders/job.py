@@ -13,8 +13,8 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
-from gaplens.loaders.model import TraceError
 from gaplens.loaders.xplane.sniff import looks_like_xplane
 
 #: File names a folder of rank traces is read for (tensorboard_trace_handler writes ``*.pt.trace.json[.gz]``).

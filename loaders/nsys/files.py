@@ -21,6 +21,7 @@ import urllib.parse
 from pathlib import Path
 from typing import BinaryIO
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import (
     GZIP_MAGIC,
     Progress,
@@ -35,7 +36,6 @@ from gaplens.loaders.files import (
     read_head,
     read_own,
 )
-from gaplens.loaders.model import TraceError
 
 #: Seconds to wait for a writer's lock before giving up with a one-line error.
 BUSY_TIMEOUT_S = 2.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.kinds import Kind, LaneKind
 from gaplens.loaders.nsys.parts import Context, Part, process_scope, split_tid
 from gaplens.loaders.nsys.sql import NULL, Columns, Int
 from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none

@@ -13,8 +13,11 @@ import sqlite3
 import numpy as np
 
 from gaplens.loaders import heap
+from gaplens.loaders.build import build_columns
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import Progress
-from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_columns
+from gaplens.loaders.kinds import LaneKind
+from gaplens.loaders.meta import Device, Lane, Meta
 from gaplens.loaders.nsys.cuda import (
     GPU_TABLES,
     KERNEL,
@@ -34,6 +37,7 @@ from gaplens.loaders.nsys.nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys.parts import Context, Interner, LaneKeys, Part
 from gaplens.loaders.nsys.sql import NULL, Reader, Schema, read_meta, read_strings
 from gaplens.loaders.text import shorten
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.validate import Repairs, check_events, int_or_none
 
 # Tables that only an nsys export has; one of them must be present.

@@ -18,9 +18,12 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.files import Progress, Source
-from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
+from gaplens.loaders.kinds import Kind, LaneKind
+from gaplens.loaders.meta import Device, Meta
+from gaplens.loaders.trace import Trace
 
 _COPY_KINDS = {
     "MEMORY_COPY_HOST_TO_DEVICE": Kind.MEMCPY_HTOD,

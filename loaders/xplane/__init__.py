@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
-from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.validate import Repairs
 from gaplens.loaders.xplane.build import build
 from gaplens.loaders.xplane.wire import WireError, decode
