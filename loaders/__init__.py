@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.trace import Trace
-from gaplens.loaders.xplane.sniff import looks_like_xplane
+from gaplens.loaders.xplane.sniff import looks_like_xplane, runs
 
 if TYPE_CHECKING:
     from gaplens.loaders.kineto.reader import LoadStats
@@ -108,8 +108,6 @@ def _require_events(path: str, trace: Trace) -> Trace:
 
 def _profile_file(folder: str) -> str:
     """The one host file of a JAX profile folder's newest run; several hosts are a job (``ranks``)."""
-    from gaplens.loaders.xplane import runs
-
     found = runs(folder)
     if not found:
         raise TraceError(f"{folder}: is a directory, not a trace file (and holds no plugins/profile/<run>/*.xplane.pb)")
