@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from gaplens.loaders.cache_hook import TraceCache, installed, use_cache
 from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
 from gaplens.loaders.trace import Trace
@@ -17,25 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["Progress", "Trace", "TraceCache", "TraceError", "load", "use_cache"]
 
 
-class TraceCache(Protocol):
-    """Where built Traces are kept between runs: ``gaplens.store.cache`` is the one the app and CLI install."""
-
-    def lookup_checked(self, path: str) -> tuple[Trace | None, str]: ...
-
-    def store(self, path: str, trace: Trace) -> object: ...
-
-
-#: The cache ``load`` consults; None until the app, the CLI or the API installs one (``gaplens.store.install``):
-#: the loaders read files and build Traces, and never decide where anything is written.
-_CACHE: TraceCache | None = None
-
-
-def use_cache(cache: TraceCache | None) -> None:
-    """Install (or, with None, remove) the trace cache ``load`` consults."""
-    global _CACHE
-    _CACHE = cache
-
-
 def load(
     path: str | os.PathLike,
     progress: Progress | None = None,
@@ -45,15 +27,16 @@ def load(
     """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep, an XSpace ``.xplane.pb``
     (or a JAX profile directory: its newest run), a rocprofv3 results JSON.
 
-    A trace built before (same absolute path, size and mtime) comes from the installed cache
-    (``use_cache``). ``stats`` (Kineto) is filled with how the events were read.
+    A trace built before (same content) comes from the installed cache (``use_cache``; the SQLite
+    unpacked from an nsys ``.sqlite.gz`` is kept there whatever ``use_cache`` says). ``stats`` (Kineto)
+    is filled with how the events were read.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
         path = _profile_file(path)
     head = _head(path)
     damaged = ""
-    cache = _CACHE if use_cache else None
+    cache = installed() if use_cache else None
     if cache is not None:
         hit, damaged = cache.lookup_checked(path)
         if hit is not None:

@@ -204,14 +204,12 @@ def test_a_file_planted_at_the_unpack_name_is_never_read(tmp_path, monkeypatch):
     """The .sqlite.gz unpack cache is keyed by content and sealed: another database there is replaced."""
     import gzip
 
-    from gaplens.loaders.nsys import files as nsys_files
-
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
     data = Path("tests/data")
     gz = tmp_path / "serving.sqlite.gz"
     shutil.copyfile(data / "nsys_serving.sqlite.gz", gz)
     want = load(gz, use_cache=False)
-    name = nsys_files.cache_path(str(gz), ".sqlite")
+    name = cache.unpacked_path(str(gz), ".sqlite")
     for plant in ("file", "symlink"):
         for old in name.parent.glob("*"):
             old.unlink()
