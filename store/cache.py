@@ -36,19 +36,10 @@ import pyarrow.ipc as ipc
 
 from gaplens.loaders.cache_hook import Writer
 from gaplens.loaders.columns import numpy_dtype, view
-from gaplens.loaders.files import (
-    atomic_write,
-    cache_dir,
-    checksum,
-    checksum_more,
-    map_own,
-    open_regular,
-    os_errors,
-    own_dir,
-    read_own,
-)
+from gaplens.loaders.files import open_regular, os_errors
 from gaplens.loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace
 from gaplens.loaders.rows import running_max_per_row
+from gaplens.store.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
 
 VERSION = 3  # bump when the entry layout changes; loader code changes are caught by _code_stamp
 #: Bytes hashed at each end of the file, and the blocks sampled evenly between them: a content id read

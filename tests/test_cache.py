@@ -254,7 +254,7 @@ def _rewrite_info(base: str, change) -> None:
     """Change the entry's JSON and recompute its checksum line, as a buggy writer (not a flipped bit) would."""
     import orjson
 
-    from gaplens.loaders.files import checksum
+    from gaplens.store.files import checksum
 
     info_path = Path(base + ".json")
     head, _, body = info_path.read_bytes().partition(b"\n")
@@ -271,7 +271,7 @@ def _rewrite_column(base: str, column: str, change) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from gaplens.loaders.files import checksum
+    from gaplens.store.files import checksum
 
     arrow = Path(base + ".arrow")
     table = ipc.open_file(pa.BufferReader(arrow.read_bytes())).read_all()
