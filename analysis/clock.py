@@ -21,7 +21,8 @@ from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.words import MOSTLY
-from gaplens.loaders.model import Trace, segmented_max
+from gaplens.loaders.model import Trace
+from gaplens.loaders.rows import segmented_max
 
 #: An op starting this long before its launch call did is impossible, not jitter.
 NEGATIVE_TOLERANCE_NS = 20_000

@@ -34,7 +34,8 @@ from gaplens.analysis.memo import per_trace
 from gaplens.analysis.step_names import PROFILER_STEP
 from gaplens.analysis.step_names import family as family  # display folding: one count pattern (step_names.NUMBERED)
 from gaplens.analysis.waits import event_wait_rows
-from gaplens.loaders.model import Kind, Trace, segmented_max
+from gaplens.loaders.model import Kind, Trace
+from gaplens.loaders.rows import segmented_max
 
 #: PyTorch's own automatic markers (DESIGN.md, *Phases*): rows, never phases. Real names:
 #: ``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``, ``Optimizer.step#SGD.step``,

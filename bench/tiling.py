@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.loaders.model import Trace, running_max_per_row
+from gaplens.loaders.model import Trace
+from gaplens.loaders.rows import running_max_per_row
 
 
 def tile_trace(trace: Trace, times: int) -> Trace:

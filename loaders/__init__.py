@@ -4,35 +4,21 @@ from __future__ import annotations
 
 import os
 import zlib
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
+from gaplens.loaders.cache_hook import TraceCache, installed, use_cache
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, Progress, read_head
-from gaplens.loaders.model import Trace, TraceError
-from gaplens.loaders.xplane.sniff import looks_like_xplane
+from gaplens.loaders.rocprof import load_rocprof
+from gaplens.loaders.trace import Trace
+from gaplens.loaders.xplane import load_xplane
+from gaplens.loaders.xplane.sniff import looks_like_xplane, runs
+from gaplens.loaders.xplane.trace_json import is_jax_trace_json, load_jax_trace_json
 
 if TYPE_CHECKING:
     from gaplens.loaders.kineto.reader import LoadStats
 
 __all__ = ["Progress", "Trace", "TraceCache", "TraceError", "load", "use_cache"]
-
-
-class TraceCache(Protocol):
-    """Where built Traces are kept between runs: ``gaplens.store.cache`` is the one the app and CLI install."""
-
-    def lookup_checked(self, path: str) -> tuple[Trace | None, str]: ...
-
-    def store(self, path: str, trace: Trace) -> object: ...
-
-
-#: The cache ``load`` consults; None until the app, the CLI or the API installs one (``gaplens.store.install``):
-#: the loaders read files and build Traces, and never decide where anything is written.
-_CACHE: TraceCache | None = None
-
-
-def use_cache(cache: TraceCache | None) -> None:
-    """Install (or, with None, remove) the trace cache ``load`` consults."""
-    global _CACHE
-    _CACHE = cache
 
 
 def load(
@@ -44,15 +30,16 @@ def load(
     """Open any supported trace: Kineto JSON(.gz), nsys SQLite(.gz) or .nsys-rep, an XSpace ``.xplane.pb``
     (or a JAX profile directory: its newest run), a rocprofv3 results JSON.
 
-    A trace built before (same absolute path, size and mtime) comes from the installed cache
-    (``use_cache``). ``stats`` (Kineto) is filled with how the events were read.
+    A trace built before (same content) comes from the installed cache (``use_cache``; the SQLite
+    unpacked from an nsys ``.sqlite.gz`` is kept there whatever ``use_cache`` says). ``stats`` (Kineto)
+    is filled with how the events were read.
     """
     path = os.fspath(path)
     if os.path.isdir(path):
         path = _profile_file(path)
     head = _head(path)
     damaged = ""
-    cache = _CACHE if use_cache else None
+    cache = installed() if use_cache else None
     if cache is not None:
         hit, damaged = cache.lookup_checked(path)
         if hit is not None:
@@ -69,6 +56,9 @@ def load(
 
 
 def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | None = None) -> Trace:
+    """The reader of ``path``'s format. The nsys and Kineto readers are imported when a file of theirs is
+    opened (each ~0.12 s: sqlite3 and the page decoder, pyarrow); the others cost ~5 ms and come with
+    the package."""
     if head.startswith(SQLITE_MAGIC) or path.endswith(".nsys-rep") or _gunzipped_head(head).startswith(SQLITE_MAGIC):
         from gaplens.loaders.nsys.reader import load_nsys
 
@@ -77,18 +67,10 @@ def _load(path: str, head: bytes, progress: Progress | None, stats: LoadStats | 
         raise TraceError(f"{path}: the file is empty")
     body = _gunzipped_head(head, len(head)) or head
     if looks_like_xplane(path, body):
-        from gaplens.loaders.xplane import load_xplane
-
         return _require_events(path, load_xplane(path, progress))
     if b'"rocprofiler-sdk-tool"' in body:
-        from gaplens.loaders.rocprof import load_rocprof
-
         return _require_events(path, load_rocprof(path, progress))
-    from gaplens.loaders.xplane.trace_json import is_jax_trace_json
-
     if is_jax_trace_json(body):
-        from gaplens.loaders.xplane.trace_json import load_jax_trace_json
-
         return _require_events(path, load_jax_trace_json(path, progress))
     if not head.startswith(GZIP_MAGIC) and body.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] not in (b"{", b"["):
         raise TraceError(f"{path}: not a trace gaplens reads (neither JSON, an SQLite export nor an XSpace protobuf)")
@@ -107,8 +89,6 @@ def _require_events(path: str, trace: Trace) -> Trace:
 
 def _profile_file(folder: str) -> str:
     """The one host file of a JAX profile folder's newest run; several hosts are a job (``ranks``)."""
-    from gaplens.loaders.xplane import runs
-
     found = runs(folder)
     if not found:
         raise TraceError(f"{folder}: is a directory, not a trace file (and holds no plugins/profile/<run>/*.xplane.pb)")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.loaders.model import Lane, LaneKind, Meta, Trace, build_trace
+from gaplens.loaders.build import build_trace
+from gaplens.loaders.kinds import LaneKind
+from gaplens.loaders.meta import Lane, Meta
+from gaplens.loaders.trace import Trace
 
 LANE_LABELS = {
     LaneKind.CPU_OPS: "CPU ops",

@@ -13,9 +13,9 @@ import re
 import zlib
 from dataclasses import dataclass
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, SQLITE_MAGIC, read_head
-from gaplens.loaders.model import TraceError
-from gaplens.loaders.xplane.sniff import looks_like_xplane
+from gaplens.loaders.xplane.sniff import looks_like_xplane, runs
 
 #: File names a folder of rank traces is read for (tensorboard_trace_handler writes ``*.pt.trace.json[.gz]``).
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".sqlite.gz", ".nsys-rep", ".xplane.pb", ".xplane.pb.gz")
@@ -65,8 +65,6 @@ def expand(paths: list[str]) -> list[str]:
 
 
 def _profile_hosts(folder: str) -> list[str]:
-    from gaplens.loaders.xplane import runs
-
     found = runs(folder)
     return found[0] if found else []
 

@@ -2,21 +2,47 @@
 
 Row ``i`` is event ``i`` of the Trace: the numeric columns are the Trace's own arrays
 (zero-copy where Arrow allows), and every string column is dictionary-encoded, so a
-10M-event table holds each distinct name once. pyarrow is a loader dependency already;
-pandas is imported only by ``events_frame``.
+10M-event table holds each distinct name once. pyarrow and pandas are imported on the first
+call (a Trace offers these tables, and importing a Trace must not cost pyarrow's import).
+
+The Trace (``loaders.trace``) stands on this module for its ``to_arrow``/``events``, so what is
+read of it is spelled here as ``Events`` rather than imported.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pyarrow as pa
 
-from gaplens.loaders.model import Kind, LaneKind, Trace
+from gaplens.loaders.kinds import Kind, LaneKind
+from gaplens.loaders.meta import Lane, Meta
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+
+class Events(Protocol):
+    """What the tables read of a Trace."""
+
+    meta: Meta
+    lanes: list[Lane]
+    names: list[str]
+    details: list[str]
+    lane: np.ndarray
+    depth: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name_id: np.ndarray
+    kind: np.ndarray
+    corr: np.ndarray
+    bytes: np.ndarray
+    detail_id: np.ndarray
+    launch: np.ndarray
+
+    def __len__(self) -> int: ...
+
 
 _KIND_NAMES = [k.name.lower() for k in sorted(Kind)]
 _LANE_KIND_NAMES = [k.name.lower() for k in sorted(LaneKind)]
@@ -24,6 +50,8 @@ _LANE_KIND_NAMES = [k.name.lower() for k in sorted(LaneKind)]
 
 def _dictionary(codes: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     """Strings as codes into ``values``; repeated values are merged (pandas categories must be unique)."""
+    import pyarrow as pa
+
     uniq, inverse = np.unique(np.asarray(values, dtype=object), return_inverse=True)
     remap = inverse.reshape(-1).astype(np.int32)
     if len(values) == 0:
@@ -31,8 +59,10 @@ def _dictionary(codes: np.ndarray, values: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(remap[codes]), pa.array(uniq.tolist(), pa.string()))
 
 
-def events_table(trace: Trace) -> pa.Table:
+def events_table(trace: Events) -> pa.Table:
     """Every event: name, kind, times (ns from ``origin_ns``), lane, process, thread, device, stream, links."""
+    import pyarrow as pa
+
     lanes = trace.lanes
     meta = trace.meta
     lane = trace.lane.astype(np.int64)
@@ -71,7 +101,7 @@ def events_table(trace: Trace) -> pa.Table:
     return pa.table(arrays).replace_schema_metadata(schema_meta)
 
 
-def events_frame(trace: Trace) -> pd.DataFrame:
+def events_frame(trace: Events) -> pd.DataFrame:
     """``events_table`` as pandas: string columns become categoricals, the index is the event number."""
     frame = events_table(trace).to_pandas()
     frame.attrs["origin_ns"] = trace.meta.origin_ns

@@ -34,7 +34,7 @@ import orjson
 from gaplens.loaders.text import clean_text, shorten
 
 if TYPE_CHECKING:
-    from gaplens.loaders.model import Meta
+    from gaplens.loaders.meta import Meta
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

@@ -1,6 +1,8 @@
-"""A cache of built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once.
+"""The cache: built Traces (Arrow IPC + a small JSON), so a trace opened twice opens at once, and the SQLite
+unpacked from an nsys ``.sqlite.gz`` (or exported from a ``.nsys-rep``), so it is unpacked once.
 
-Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
+``gaplens.store.install`` hands this module to the loaders (``loaders.use_cache``); they never write
+a file themselves. Entries live in ``$GAPLENS_CACHE_DIR``, else ``$XDG_CACHE_HOME/gaplens``, else
 ``~/.cache/gaplens``; one entry per trace *content* (``content_id``: the size, both ends and
 16 blocks sampled between them), so a trace copied or moved to another path is the same entry,
 valid while the loaders' code is unchanged. A small file per path remembers the content id it
@@ -10,26 +12,34 @@ concurrent writers (two paths of one content may write one entry at once). Every
 checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
 caller rebuilds, with a warning, never different readings. Entries are never read or written
 through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
-error. The trace file itself is never touched.
+error. The trace file itself is never touched. Unpacked exports: see their section below.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import hashlib
 import os
 import secrets
+import stat
+import tempfile
 import weakref
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from gaplens.loaders.cache_hook import Writer
 from gaplens.loaders.columns import numpy_dtype, view
-from gaplens.loaders.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
-from gaplens.loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace, running_max_per_row
+from gaplens.loaders.files import open_regular, os_errors
+from gaplens.loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace
+from gaplens.loaders.rows import running_max_per_row
+from gaplens.store.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
 
 VERSION = 3  # bump when the entry layout changes; loader code changes are caught by _code_stamp
 #: Bytes hashed at each end of the file, and the blocks sampled evenly between them: a content id read
@@ -362,3 +372,99 @@ def _trace(table: pa.Table, info: dict) -> Trace:
         row_maxend=running_max_per_row(cols["end_ns"], row_offsets),
         **cols,
     )
+
+
+# ---- unpacked exports ----------------------------------------------------------------------------
+# The SQLite inside an nsys ``.sqlite.gz`` (or exported from a ``.nsys-rep``), handed to the loaders
+# through ``loaders.use_cache``: written once into the cache folder and read again while its source
+# keeps its content. Its name hashes the source's absolute path and holds the CRC-32 and size of the
+# source's whole content (not what ``stat`` says: a file planted at a name made from that would be read
+# as this trace's export), and it is sealed with the CRC-32 of its own bytes, written as it is written:
+# it is reused only while the seal holds (a file planted at its name, or a symlink, is rebuilt over).
+# Names are those ``loaders/nsys_files.py`` gave them, so copies unpacked before the move still serve.
+
+
+def unpacked(source: str, suffix: str, write: Writer) -> str:
+    """The copy ``write`` makes of ``source`` (``suffix``: its kind, ".sqlite"), written once per content.
+
+    Written atomically beside the entries (or, when the cache folder cannot be made, in a private temp
+    folder); older copies of the same source path are dropped. The source is only read.
+    """
+    target = unpacked_path(source, suffix)
+    target = _writable_dir(target.parent) / target.name
+    if _sealed(target):
+        return str(target)
+    sums: list[int] = []
+
+    def summed(fh: BinaryIO) -> None:
+        out = _Summed(fh)
+        write(out)
+        sums[:] = [out.crc, out.size]
+
+    atomic_write(target, summed)
+    _seal(target, *sums)
+    _prune_stale(target)
+    return str(target)
+
+
+def unpacked_path(source: str, suffix: str) -> Path:
+    """Where the copy of ``source`` goes: ``<stem>-<path hash>-<content crc><content size><suffix>``."""
+    where = hashlib.sha1(os.path.abspath(source).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    crc, size = _content(source)
+    stem = Path(source).name.split(".")[0][:40] or "trace"
+    return cache_dir() / f"{stem}-{where}-{crc:08x}{size:x}{suffix}"
+
+
+def _content(path: str) -> tuple[int, int]:
+    """(CRC-32, size) of a file's bytes, read in blocks (the key of an unpacked copy)."""
+    crc, size = 0, 0
+    with open_regular(path) as fh, os_errors(path):
+        while block := fh.read(1 << 22):
+            crc, size = checksum_more(block, crc), size + len(block)
+    return crc, size
+
+
+def _seal_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sum")
+
+
+def _sealed(target: Path) -> bool:
+    """Whether ``target`` is the copy gaplens wrote: a regular file (no symlink) whose CRC-32 and size
+    match the seal written with it."""
+    try:
+        want = read_own(_seal_path(target)).split()
+        mapped = map_own(target)
+        return len(want) == 2 and int(want[1]) == len(mapped) and int(want[0]) == checksum(mapped)
+    except (OSError, ValueError):
+        return False
+
+
+def _seal(target: Path, crc: int, size: int) -> None:
+    atomic_write(_seal_path(target), f"{crc} {size}\n".encode())
+
+
+def _writable_dir(folder: Path) -> Path:
+    """The cache folder, or a private temp folder when it cannot be created."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    fallback = Path(tempfile.gettempdir()) / f"gaplens-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    with contextlib.suppress(FileExistsError):
+        fallback.mkdir(mode=0o700)
+    st = os.lstat(fallback)
+    mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+    if not stat.S_ISDIR(st.st_mode) or not mine or st.st_mode & 0o022:
+        return Path(tempfile.mkdtemp(prefix="gaplens-"))  # someone else's folder in a shared /tmp: not reused
+    return fallback
+
+
+def _prune_stale(target: Path) -> None:
+    """Drop older copies of the same source (same path hash, other content), and their seals."""
+    prefix = target.name.rsplit("-", 1)[0] + "-"
+    for old in target.parent.glob(glob.escape(prefix) + "*"):
+        if old not in (target, _seal_path(target)) and not old.name.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                old.unlink()

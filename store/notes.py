@@ -5,7 +5,7 @@ moved or copied trace keeps its notes and nothing is written where the user did 
 Beside the trace (``<trace>.gaplens.json``) only on request (``GAPLENS_NOTES_BESIDE=1``,
 ``gaplens --notes-beside``), falling back to the state directory when that folder is not
 writable; a file found beside the trace is still read (older gaplens wrote there). Writes are atomic and durable
-(``loaders.files.atomic_write``), so a crash mid-write leaves the previous file whole.
+(``store.files.atomic_write``), so a crash mid-write leaves the previous file whole.
 Two windows on one trace share the file: a save takes a lock, re-reads the file and
 merges (``notes_merge``), so neither window's notes are lost. A store is keyed to the
 trace's content by a fingerprint; a file written for other content, or one that does
@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gaplens.analysis.protocol.notes import Notes
-from gaplens.loaders.files import atomic_write, locked, open_regular, remove_stale_temps
+from gaplens.loaders.files import open_regular
 from gaplens.loaders.model import TraceError
 from gaplens.loaders.validate import loose_json
+from gaplens.store.files import atomic_write, locked, remove_stale_temps
 from gaplens.store.notes_merge import merge
 
 SUFFIX = ".gaplens.json"

@@ -235,7 +235,7 @@ def keep(trace: Trace, reading: str, value: Any, compute_s: float) -> bool:
         payload = buffer.getbuffer()
         if payload.nbytes > MAX_BYTES or payload.nbytes / READ_BACK_BYTES_PER_S > compute_s / 2:
             return False
-        from gaplens.loaders.files import atomic_write
+        from gaplens.store.files import atomic_write
 
         path.parent.mkdir(parents=True, exist_ok=True)
         digest = hashlib.sha256(payload).digest()

@@ -261,7 +261,8 @@ def test_lane_window_is_every_row_s_window(tmp_path):
 
 
 def test_clamped_ranges_cost_a_gap_what_normal_ones_do(tmp_path, capsys, monkeypatch):
-    from gaplens.loaders.model import ROWS_ONE_BY_ONE, Trace
+    from gaplens.loaders.model import Trace
+    from gaplens.loaders.trace import ROWS_ONE_BY_ONE
 
     calls = 0
     window = Trace.window

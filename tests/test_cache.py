@@ -204,14 +204,12 @@ def test_a_file_planted_at_the_unpack_name_is_never_read(tmp_path, monkeypatch):
     """The .sqlite.gz unpack cache is keyed by content and sealed: another database there is replaced."""
     import gzip
 
-    from gaplens.loaders.nsys import files as nsys_files
-
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
     data = Path("tests/data")
     gz = tmp_path / "serving.sqlite.gz"
     shutil.copyfile(data / "nsys_serving.sqlite.gz", gz)
     want = load(gz, use_cache=False)
-    name = nsys_files.cache_path(str(gz), ".sqlite")
+    name = cache.unpacked_path(str(gz), ".sqlite")
     for plant in ("file", "symlink"):
         for old in name.parent.glob("*"):
             old.unlink()
@@ -256,7 +254,7 @@ def _rewrite_info(base: str, change) -> None:
     """Change the entry's JSON and recompute its checksum line, as a buggy writer (not a flipped bit) would."""
     import orjson
 
-    from gaplens.loaders.files import checksum
+    from gaplens.store.files import checksum
 
     info_path = Path(base + ".json")
     head, _, body = info_path.read_bytes().partition(b"\n")
@@ -273,7 +271,7 @@ def _rewrite_column(base: str, column: str, change) -> None:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    from gaplens.loaders.files import checksum
+    from gaplens.store.files import checksum
 
     arrow = Path(base + ".arrow")
     table = ipc.open_file(pa.BufferReader(arrow.read_bytes())).read_all()

@@ -6,9 +6,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gaplens.loaders import model
+from gaplens.loaders import rows as depth_rows
+from gaplens.loaders.build import link_launches
 from gaplens.loaders.events import EventColumns
-from gaplens.loaders.model import GPU_WORK_KINDS, Kind, LaneKind, Meta, clean_name, link_launches, pack_depths
+from gaplens.loaders.model import GPU_WORK_KINDS, Kind, LaneKind, Meta, clean_name
+from gaplens.loaders.rows import pack_depths
 
 
 def _trace(intervals, lane_key=(LaneKind.CPU_OPS, 1, 1)):
@@ -194,11 +196,11 @@ def test_depths_separate_every_overlap_whatever_the_lane_groups(events, nested, 
     order = np.lexsort((start - end, start, lane))
     lane, start, end = lane[order], start[order], end[order]
     whole = pack_depths(lane, start, end)
-    saved, model.PACK_GROUP = model.PACK_GROUP, group
+    saved, depth_rows.PACK_GROUP = depth_rows.PACK_GROUP, group
     try:
         depth = pack_depths(lane, start, end)
     finally:
-        model.PACK_GROUP = saved
+        depth_rows.PACK_GROUP = saved
     assert depth.tolist() == whole.tolist()
     for key in set(zip(lane.tolist(), depth.tolist(), strict=True)):
         row = np.flatnonzero((lane == key[0]) & (depth == key[1]))

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gaplens.loaders.nsys.pages as nsys_pages
+import gaplens.loaders.nsys.pool as nsys_pool
 import gaplens.loaders.nsys.sql as nsys_sql
 from gaplens.loaders import load
 from gaplens.loaders.nsys.files import sqlite_uri
@@ -83,7 +84,7 @@ def test_pages_equal_the_rowwise_fetch(
     placed in order by either thread; odd values go to SQL."""
     paths_taken.clear()
     monkeypatch.setattr(nsys_pages, "BATCH_BYTES", batch * page_size)
-    monkeypatch.setattr(nsys_sql, "WORKERS", workers)
+    monkeypatch.setattr(nsys_pool, "WORKERS", workers)
     rng = np.random.default_rng(seed)
     db = str(tmp_path_factory.mktemp("pages") / "t.sqlite")
     con = sqlite3.connect(db)

@@ -7,10 +7,15 @@ it (``tests/data/*.meta.json``).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import functools
 import gzip
 import json
+import os
+import shutil
 import sqlite3
+import tempfile
 
 import numpy as np
 import pytest
@@ -453,10 +458,14 @@ def test_a_clock_offset_is_flagged(traces, shift_ns):
 # ---- helpers ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=2)
 def _unpacked(path):
-    from gaplens.loaders.nsys.files import resolve
-
-    db, _ = resolve(str(path), None)
+    """The export inside a ``.sqlite.gz``, gunzipped here (apart from the loader) into a folder removed at exit."""
+    folder = tempfile.mkdtemp(prefix="gaplens-test-")
+    atexit.register(shutil.rmtree, folder, True)
+    db = os.path.join(folder, "export.sqlite")
+    with gzip.open(path) as fin, open(db, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
     return db
 
 

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from gaplens.loaders import heap
+from gaplens.loaders.build import build_columns
 from gaplens.loaders.columns import POOL
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
@@ -44,17 +45,7 @@ from gaplens.loaders.kineto.cols import TWIN_KEYS, Block, Columns, Context, Dims
 from gaplens.loaders.kineto.dims import find_dims
 from gaplens.loaders.kineto.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
 from gaplens.loaders.kineto.slow import from_lines
-from gaplens.loaders.model import (
-    CPU_KINDS,
-    GPU_WORK_KINDS,
-    Device,
-    Kind,
-    LaneKind,
-    Meta,
-    Trace,
-    TraceError,
-    build_columns,
-)
+from gaplens.loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Meta, Trace, TraceError
 from gaplens.loaders.validate import Repairs, as_int, clean_top, kineto_repairs, saturating_end
 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2

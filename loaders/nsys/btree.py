@@ -117,16 +117,33 @@ class PageFile:
         self, leaves: np.ndarray, cids: Sequence[int], null: int, place: Callable[[int], list[np.ndarray]]
     ) -> None:
         """Fields ``cids`` (record positions) of every row on these leaf pages, as int64 with NULL as ``null``,
-        into the arrays that ``place(rows)`` gives, one per field."""
+        into the arrays that ``place(rows)`` gives, one per field.
+
+        Where each record lies (``_records``), where each field ends in it (``_field_ends``), then each
+        field read from the 8 bytes ending there (``_copy_field``), every step over the whole batch at once.
+        """
         buf, base = self._read(leaves)
-        usable = self.usable
         if not bool(np.all(buf[base] == LEAF)):
             raise NotPlain
         ncell = _be16(buf, base + 3)
-        if bool(np.any(8 + 2 * ncell > usable)):
+        if bool(np.any(8 + 2 * ncell > self.usable)):
             raise NotPlain
+        out = place(int(ncell.sum()))
+        rec, payload = self._records(buf, base, ncell)
+        types, lo, hi, ends, body = _field_ends(buf, rec, payload, max(cids, default=-1) + 1)
+        del rec, payload
+        window = np.ndarray((buf.size - 7,), ">i8", buf, 0, (1,))  # 8 bytes at any offset, big-endian
+        add = np.zeros(128, np.int64)
+        add[[0, 9]] = [null, 1]
+        at = np.empty(body.size, np.int64)
+        for c, dst in zip(cids, out, strict=True):
+            _copy_field(window, body, types[c], (lo[c], hi[c]), ends[c], add, null, at, dst)
+
+    def _records(self, buf: np.ndarray, base: np.ndarray, ncell: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(where each record's header starts in ``buf``, its payload size) for every cell of the leaf pages
+        at ``base``; a pointer off its page, an overflow page or a payload past its page is ``NotPlain``."""
+        usable = self.usable
         n = int(ncell.sum())
-        out = place(n)
         # Cell k of a page: its pointer is at 8 + 2k; the cell lies after the pointer array.
         page_base = np.repeat(base, ncell)
         at = np.arange(n, dtype=np.int64)
@@ -136,6 +153,7 @@ class PageFile:
         if bool(np.any((ptr < np.repeat(8 + 2 * ncell, ncell)) | (ptr > usable - 4))):
             raise NotPlain
         rec = np.add(page_base, ptr, out=at)
+        del ptr
         payload, length = _varint(buf, rec)
         rec += length
         rec += _varint_length(buf, rec)  # the rowid: B-tree order is rowid order
@@ -144,72 +162,7 @@ class PageFile:
         if bool(np.any((payload < 1) | (payload > usable - 35) | (rec + payload > usable))):
             raise NotPlain
         rec += page_base
-        del page_base, ptr, length
-        m = max(cids, default=-1) + 1
-        hsize = buf[rec]
-        # A one-byte header size and one-byte serial types for every field up to the last needed one.
-        if bool(np.any((hsize >= 0x80) | (hsize < 1 + m) | (hsize > payload))):
-            raise NotPlain
-        types = np.empty((m, n), np.uint8)
-        for j in range(m):
-            np.take(buf, rec + (1 + j), out=types[j])
-        lo, hi = (types.min(axis=1).tolist(), types.max(axis=1).tolist()) if m else ([], [])
-        if any(h >= 0x80 for h in hi):
-            raise NotPlain
-        # Where each field ends in the body: a constant, plus a per-row part from the fields whose type varies.
-        const, var = 0, None
-        ends: dict[int, tuple[int, np.ndarray | None]] = {}
-        for j in range(m):
-            if lo[j] == hi[j]:
-                if _SIZE[lo[j]] < 0:
-                    raise NotPlain  # a reserved serial type
-                const += int(_SIZE[lo[j]])
-            else:
-                size = _SIZE[types[j]]
-                if bool(np.any(size < 0)):
-                    raise NotPlain
-                var = size if var is None else var + size
-            ends[j] = (const, var)
-        if m and bool(np.any(hsize + (const if var is None else var + const) > payload)):
-            raise NotPlain
-        del payload
-        body = rec
-        body += hsize
-        body -= 8
-        del hsize
-        window = np.ndarray((buf.size - 7,), ">i8", buf, 0, (1,))  # 8 bytes at any offset, big-endian
-        add = np.zeros(128, np.int64)
-        add[[0, 9]] = [null, 1]
-        at = np.empty(n, np.int64)
-        for c, dst in zip(cids, out, strict=True):
-            const, var = ends[c]
-            np.add(body, const if var is None else var, out=at)
-            if const and var is not None:
-                at += const
-            if lo[c] == hi[c]:  # one type on every row: one shift, or no bytes at all
-                if not _INTEGER[lo[c]]:
-                    raise NotPlain  # a float, text or blob: SQL judges it
-                shift = int(_SHIFT[lo[c]])
-                if shift == 64:
-                    dst.fill(int(add[lo[c]]))
-                    continue
-                dst[...] = window[at]  # the 8 bytes ending where the field ends
-                if shift:
-                    dst <<= shift
-                    dst >>= shift
-                elif bool(np.any(dst == null)):
-                    raise NotPlain  # a stored value that reads like NULL: a filter on it must see which
-                continue
-            t = types[c]
-            if not bool(np.all(_INTEGER[t])):
-                raise NotPlain
-            dst[...] = window[at]
-            shift = _SHIFT[t]
-            dst <<= shift
-            dst >>= shift
-            dst += add[t]
-            if lo[c] <= 6 <= hi[c] and bool(np.any((dst == null) & (t == 6))):
-                raise NotPlain
+        return rec, payload
 
     def _read(self, pgnos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pages into one padded buffer, and each page's offset in it; runs are read with one call."""
@@ -227,6 +180,87 @@ class PageFile:
             if os.preadv(self.fd, [mem[_PAD + a * ps : _PAD + b * ps]], (int(pgnos[a]) - 1) * ps) != want:
                 raise NotPlain
         return buf, _PAD + np.arange(pgnos.size, dtype=np.int64) * ps
+
+
+def _field_ends(
+    buf: np.ndarray, rec: np.ndarray, payload: np.ndarray, m: int
+) -> tuple[np.ndarray, list[int], list[int], dict[int, tuple[int, np.ndarray | None]], np.ndarray]:
+    """The serial types of the first ``m`` fields of each record (one row per field), each field's lowest
+    and highest type over the batch, where each field ends in the body (a constant, plus a per-row part
+    from the fields whose type varies), and the offsets 8 bytes before each body (``rec``, reused)."""
+    n = rec.size
+    hsize = buf[rec]
+    # A one-byte header size and one-byte serial types for every field up to the last needed one.
+    if bool(np.any((hsize >= 0x80) | (hsize < 1 + m) | (hsize > payload))):
+        raise NotPlain
+    types = np.empty((m, n), np.uint8)
+    for j in range(m):
+        np.take(buf, rec + (1 + j), out=types[j])
+    lo, hi = (types.min(axis=1).tolist(), types.max(axis=1).tolist()) if m else ([], [])
+    if any(h >= 0x80 for h in hi):
+        raise NotPlain
+    const, var = 0, None
+    ends: dict[int, tuple[int, np.ndarray | None]] = {}
+    for j in range(m):
+        if lo[j] == hi[j]:
+            if _SIZE[lo[j]] < 0:
+                raise NotPlain  # a reserved serial type
+            const += int(_SIZE[lo[j]])
+        else:
+            size = _SIZE[types[j]]
+            if bool(np.any(size < 0)):
+                raise NotPlain
+            var = size if var is None else var + size
+        ends[j] = (const, var)
+    if m and bool(np.any(hsize + (const if var is None else var + const) > payload)):
+        raise NotPlain
+    body = rec
+    body += hsize
+    body -= 8
+    return types, lo, hi, ends, body
+
+
+def _copy_field(
+    window: np.ndarray,
+    body: np.ndarray,
+    t: np.ndarray,
+    span: tuple[int, int],
+    end: tuple[int, np.ndarray | None],
+    add: np.ndarray,
+    null: int,
+    at: np.ndarray,
+    dst: np.ndarray,
+) -> None:
+    """One field of every row into ``dst``: the 8-byte window ending where it ends, sign-extended by its
+    serial type ``t`` (``span``: the lowest and highest over the batch); ``at`` is scratch."""
+    lo, hi = span
+    const, var = end
+    np.add(body, const if var is None else var, out=at)
+    if const and var is not None:
+        at += const
+    if lo == hi:  # one type on every row: one shift, or no bytes at all
+        if not _INTEGER[lo]:
+            raise NotPlain  # a float, text or blob: SQL judges it
+        shift = int(_SHIFT[lo])
+        if shift == 64:
+            dst.fill(int(add[lo]))
+            return
+        dst[...] = window[at]  # the 8 bytes ending where the field ends
+        if shift:
+            dst <<= shift
+            dst >>= shift
+        elif bool(np.any(dst == null)):
+            raise NotPlain  # a stored value that reads like NULL: a filter on it must see which
+        return
+    if not bool(np.all(_INTEGER[t])):
+        raise NotPlain
+    dst[...] = window[at]
+    shift_t = _SHIFT[t]
+    dst <<= shift_t
+    dst >>= shift_t
+    dst += add[t]
+    if lo <= 6 <= hi and bool(np.any((dst == null) & (t == 6))):
+        raise NotPlain
 
 
 def _nonempty(path: str) -> bool:

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gaplens.loaders.nsys.ints import NULL, Int, in_range, judged
-
-if TYPE_CHECKING:
-    from gaplens.loaders.nsys.sql import Reader
+from gaplens.loaders.nsys.pool import Pool
 
 
 def read_chunks(
-    reader: Reader, table: str, keys: list[str], specs: list[Int], where: str, lo: int, hi: int, chunk: int
+    reader: Pool, table: str, keys: list[str], specs: list[Int], where: str, lo: int, hi: int, chunk: int
 ) -> Callable[[], dict[str, np.ndarray]]:
     """Schedule the chunks of rowids [lo, hi] on the reader's threads; the function returned joins them."""
     sqls = [sp.sql for sp in specs]

@@ -10,7 +10,7 @@ from collections.abc import Generator
 
 import numpy as np
 
-from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.kinds import Kind, LaneKind
 from gaplens.loaders.nsys.parts import (
     TID_MASK,
     Context,

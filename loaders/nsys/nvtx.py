@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaplens.loaders.model import Kind, LaneKind
+from gaplens.loaders.kinds import Kind, LaneKind
 from gaplens.loaders.nsys.parts import Context, Part, process_scope, split_tid
 from gaplens.loaders.nsys.sql import NULL, Columns, Int
 from gaplens.loaders.validate import TIME_LIMIT_NS, int_or_none
@@ -27,32 +27,7 @@ OPEN_END = NULL  # end of a range that was never closed
 
 def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
     """Ranges and marks, plus thread names set through nvtxNameOsThread."""
-    sc = ctx.schema
-    if not sc.has(NVTX):
-        return None, {}
-    c = Columns(sc, NVTX)
-    if not c.has("start", "eventType"):
-        ctx.repairs.note(f"{NVTX} lacks its start or eventType column: its rows are not shown")
-        return None, {}
-    types = (MARK, *PUSH_POP, *START_END, DOMAIN_CREATE, THREAD_NAME)
-    specs = [
-        c.int("start", lo=-TIME_LIMIT_NS, hi=TIME_LIMIT_NS),
-        c.int("end"),
-        c.int("eventType"),
-        c.int("globalTid"),
-        c.int("endGlobalTid"),
-        c.int("textId"),
-        Int(f"CAST({sc.col(NVTX, 'text')} AS TEXT)"),  # text, not judged as an integer
-        c.int("domainId"),
-    ]
-    sel = ", ".join(sp.sql for sp in specs)
-    raw = ctx.reader.con().execute(f'SELECT {sel} FROM {NVTX} WHERE "eventType" IN {types} ORDER BY rowid').fetchall()
-    rows, bad = _judged(raw, specs, text_column=6)
-    if bad:
-        ctx.reader.bad[NVTX] = ctx.reader.bad.get(NVTX, 0) + bad
-    usable = [r for r in rows if r[0] is not None and r[2] is not None]
-    ctx.repairs.add("NVTX rows without a usable start skipped", len(rows) - len(usable))
-    rows = usable
+    rows = _rows(ctx)
     if not rows:
         return None, {}
     start, end, etype, gtid, end_gtid, text_id, text_col, domain = zip(*rows, strict=True)
@@ -61,10 +36,10 @@ def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
     gtid_a = np.array([g or 0 for g in gtid], dtype=np.int64)
     etype_a = np.array(etype, dtype=np.int64)
     scope = process_scope(gtid_a)
+    pid, tid = split_tid(gtid_a)
 
     domains: dict[tuple[int, int], str] = {}
     thread_names: dict[tuple[int, int], str] = {}
-    pid, tid = split_tid(gtid_a)
     for i in np.flatnonzero(np.isin(etype_a, (DOMAIN_CREATE, THREAD_NAME))).tolist():
         if etype_a[i] == DOMAIN_CREATE and domain[i] is not None:
             domains[(int(scope[i]), int(domain[i]))] = texts[i]
@@ -106,6 +81,37 @@ def read_nvtx(ctx: Context) -> tuple[Part | None, dict[tuple[int, int], str]]:
         detail=details,
     )
     return part, thread_names
+
+
+def _rows(ctx: Context) -> list[tuple]:
+    """The table's rows of the event types read, in rowid order, each value judged; rows without a usable
+    start or type are skipped (and counted). Empty when the table or its start/eventType columns are absent."""
+    sc = ctx.schema
+    if not sc.has(NVTX):
+        return []
+    c = Columns(sc, NVTX)
+    if not c.has("start", "eventType"):
+        ctx.repairs.note(f"{NVTX} lacks its start or eventType column: its rows are not shown")
+        return []
+    types = (MARK, *PUSH_POP, *START_END, DOMAIN_CREATE, THREAD_NAME)
+    specs = [
+        c.int("start", lo=-TIME_LIMIT_NS, hi=TIME_LIMIT_NS),
+        c.int("end"),
+        c.int("eventType"),
+        c.int("globalTid"),
+        c.int("endGlobalTid"),
+        c.int("textId"),
+        Int(f"CAST({sc.col(NVTX, 'text')} AS TEXT)"),  # text, not judged as an integer
+        c.int("domainId"),
+    ]
+    sel = ", ".join(sp.sql for sp in specs)
+    raw = ctx.reader.con().execute(f'SELECT {sel} FROM {NVTX} WHERE "eventType" IN {types} ORDER BY rowid').fetchall()
+    rows, bad = _judged(raw, specs, text_column=6)
+    if bad:
+        ctx.reader.bad[NVTX] = ctx.reader.bad.get(NVTX, 0) + bad
+    usable = [r for r in rows if r[0] is not None and r[2] is not None]
+    ctx.repairs.add("NVTX rows without a usable start skipped", len(rows) - len(usable))
+    return usable
 
 
 def _judged(rows: list[tuple], specs: list[Int], text_column: int) -> tuple[list[tuple], int]:

@@ -17,15 +17,12 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gaplens.loaders.nsys.btree import NotPlain, PageFile
 from gaplens.loaders.nsys.ints import NULL, Drop, Int, Where, in_range
-
-if TYPE_CHECKING:
-    from gaplens.loaders.nsys.sql import Reader
+from gaplens.loaders.nsys.pool import Pool
 
 BATCH_BYTES = 2 << 20  # leaf pages decoded at once: their temporaries stay in the cache
 _QUOTED = re.compile(r'^"([A-Za-z_][A-Za-z0-9_]*)"$')
@@ -33,7 +30,7 @@ Read = Callable[[], dict[str, np.ndarray]]
 
 
 def read_pages(
-    reader: Reader,
+    reader: Pool,
     pages: PageFile,
     table: str,
     keys: list[str],
@@ -101,7 +98,7 @@ def read_pages(
 
 
 def _read_fields(
-    reader: Reader,
+    reader: Pool,
     pages: PageFile,
     leaves: np.ndarray,
     fields: list[int],

@@ -9,7 +9,8 @@ import numpy as np
 
 from gaplens.loaders import columns
 from gaplens.loaders.events import ordered_lanes
-from gaplens.loaders.model import Lane, LaneKind
+from gaplens.loaders.kinds import LaneKind
+from gaplens.loaders.meta import Lane
 from gaplens.loaders.nsys.sql import Reader, Schema
 from gaplens.loaders.validate import Repairs
 

@@ -13,8 +13,11 @@ import sqlite3
 import numpy as np
 
 from gaplens.loaders import heap
+from gaplens.loaders.build import build_columns
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import Progress
-from gaplens.loaders.model import Device, Lane, LaneKind, Meta, Trace, TraceError, build_columns
+from gaplens.loaders.kinds import LaneKind
+from gaplens.loaders.meta import Device, Lane, Meta
 from gaplens.loaders.nsys.cuda import (
     GPU_TABLES,
     KERNEL,
@@ -29,11 +32,12 @@ from gaplens.loaders.nsys.cuda import (
     read_overhead,
     read_sync,
 )
-from gaplens.loaders.nsys.files import QUERY_DEADLINE_S, resolve, sqlite_uri
+from gaplens.loaders.nsys.files import QUERY_DEADLINE_S, opened, sqlite_uri
 from gaplens.loaders.nsys.nvtx import NVTX, OPEN_END, read_nvtx
 from gaplens.loaders.nsys.parts import Context, Interner, LaneKeys, Part
 from gaplens.loaders.nsys.sql import NULL, Reader, Schema, read_meta, read_strings
 from gaplens.loaders.text import shorten
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.validate import Repairs, check_events, int_or_none
 
 # Tables that only an nsys export has; one of them must be present.
@@ -44,20 +48,20 @@ _HOST_LANES = (LaneKind.CUDA_API, LaneKind.ANNOTATIONS, LaneKind.OSRT, LaneKind.
 def load_nsys(path: str | os.PathLike, progress: Progress | None = None) -> Trace:
     """Open an nsys export read-only and build its Trace; bad input raises a one-line TraceError."""
     path = os.fspath(path)
-    db, immutable = resolve(path, progress)
-    reader = Reader(sqlite_uri(db, immutable))
-    try:
-        with heap.big_load():
-            return _load(reader, path, progress)
-    except sqlite3.Error as exc:
-        raise TraceError(_sql_message(path, exc)) from None
-    except UnicodeDecodeError as exc:
-        # SQLite's own message quoted bytes of the file that are not UTF-8 ("malformed database
-        # schema (...) near ..."), and Python failed to decode the message itself.
-        raw = exc.object if isinstance(exc.object, bytes) else b""
-        raise TraceError(_sql_message(path, sqlite3.DatabaseError(raw.decode("utf-8", "replace")))) from None
-    finally:
-        reader.close()
+    with opened(path, progress) as (db, immutable):
+        reader = Reader(sqlite_uri(db, immutable))
+        try:
+            with heap.big_load():
+                return _load(reader, path, progress)
+        except sqlite3.Error as exc:
+            raise TraceError(_sql_message(path, exc)) from None
+        except UnicodeDecodeError as exc:
+            # SQLite's own message quoted bytes of the file that are not UTF-8 ("malformed database
+            # schema (...) near ..."), and Python failed to decode the message itself.
+            raw = exc.object if isinstance(exc.object, bytes) else b""
+            raise TraceError(_sql_message(path, sqlite3.DatabaseError(raw.decode("utf-8", "replace")))) from None
+        finally:
+            reader.close()
 
 
 def _sql_message(path: str, exc: sqlite3.Error) -> str:

@@ -11,19 +11,16 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from gaplens.loaders.nsys.btree import PageFile
 from gaplens.loaders.nsys.chunks import read_chunks
-from gaplens.loaders.nsys.files import connect
 from gaplens.loaders.nsys.ints import NULL, Drop, Int, Spec, Where, as_spec, in_range, judged
 from gaplens.loaders.nsys.pages import read_pages
+from gaplens.loaders.nsys.pool import Pool
 from gaplens.loaders.validate import INT64_MAX, INT64_MIN, Repairs, int_or_none
 
 __all__ = [
@@ -41,7 +38,6 @@ __all__ = [
 ]
 
 CHUNK_ROWS = 1 << 17
-WORKERS = 2
 PAGES = True  # decode plain tables from their pages (tests turn it off to compare with SQL)
 
 # Built-in enum labels for exports without ENUM_* tables (2022.2); the file's table wins.
@@ -136,34 +132,15 @@ class Columns:
         return Int(self.schema.col(self.table, *candidates), lo, hi)
 
 
-class Reader:
-    """Integer-column reader over one export, with a connection per worker thread."""
+class Reader(Pool):
+    """Integer-column reader over one export: each table from its pages when plain, else through SQL."""
 
     def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        super().__init__(uri)
         self._pages: PageFile | bool | None = False  # False: not opened yet
-        self.bad: dict[str, int] = {}  # values that were not integers or out of range, per table
-
-    def con(self) -> sqlite3.Connection:
-        c = getattr(self._local, "con", None)
-        if c is None:
-            c = connect(self.uri)
-            self._local.con = c
-            with self._lock:
-                self._all.append(c)
-        return c
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        for c in self._all:
-            c.close()
-        self._all.clear()
+        super().close()
         if isinstance(self._pages, PageFile):
             self._pages.close()
         self._pages = False
@@ -198,14 +175,6 @@ class Reader:
         paged = read_pages(self, pages, table, keys, specs, where, sql_read) if pages is not None else None
         return paged if paged is not None else sql_read()
 
-    def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` on a worker thread, as a future; called now when there is one worker."""
-        if WORKERS < 2:
-            return _Done(fn, args)
-        if self._pool is None:  # one pool (and one connection per worker) for the whole load
-            self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="nsys-read")
-        return self._pool.submit(fn, *args)
-
     def _page_file(self) -> PageFile | None:
         """The export opened for page reads, once per load; None when it is not a plain file."""
         if self._pages is False:
@@ -213,30 +182,9 @@ class Reader:
             self._pages = PageFile.open(path) if path else None
         return self._pages if isinstance(self._pages, PageFile) else None
 
-    def add_bad(self, table: str, n: int) -> None:
-        """Count ``n`` values of ``table`` that were not integers or out of range (thread-safe)."""
-        if n:
-            with self._lock:
-                self.bad[table] = self.bad.get(table, 0) + n
-
     def ints(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
-
-
-class _Done:
-    """A call made now, with a future's ``result()`` (the single-thread path)."""
-
-    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
-        try:
-            self._value, self._error = fn(*args), None
-        except Exception as exc:  # re-raised by result(), as a future would
-            self._value, self._error = None, exc
-
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:

@@ -18,9 +18,12 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.files import Progress, Source
-from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
+from gaplens.loaders.kinds import Kind, LaneKind
+from gaplens.loaders.meta import Device, Meta
+from gaplens.loaders.trace import Trace
 
 _COPY_KINDS = {
     "MEMORY_COPY_HOST_TO_DEVICE": Kind.MEMCPY_HTOD,
@@ -97,12 +100,44 @@ def _read_tool(
     counts: dict[str, int],
     scopes: list[int],
 ) -> None:
+    """One process's records: its GPUs, then its kernels, copies, HIP calls and roctx ranges, in that order."""
     md = tool.get("metadata") or {}
     pid = int(md.get("pid") or index + 1)
     command = md.get("command") or []
     meta.processes[pid] = " ".join(map(str, command))[:200] if command else f"process {pid}"
     node = md.get("node") or {}
     meta.extra.setdefault("hosts", []).append(node.get("hostname", ""))
+    agents = _agents(tool, devices)
+    kernel_names = _kernel_names(tool)
+    strings = tool.get("strings") or {}
+    operations = [k.get("operations", []) for k in strings.get("buffer_records", [])]
+    kind_names = [k.get("kind", "") for k in strings.get("buffer_records", [])]
+    markers = {}
+    for entry in strings.get("marker_api") or []:
+        if isinstance(entry, dict) and "key" in entry:
+            markers[int(entry["key"])] = str(entry.get("value", ""))
+    buffers = tool.get("buffer_records") or {}
+    kernels, copies = buffers.get("kernel_dispatch") or [], buffers.get("memory_copy") or []
+    calls, ranges = buffers.get("hip_api") or [], buffers.get("marker_api") or []
+    _kernels(kernels, kernel_names, agents, cols)
+    _copies(copies, operations, agents, cols)
+    _host_calls(calls, operations, pid, cols, meta)
+    _ranges(ranges, operations, markers, pid, cols, meta)
+    for key, records in (
+        ("kernel_dispatch", kernels),
+        ("memory_copy", copies),
+        ("hip_api", calls),
+        ("marker_api", ranges),
+    ):
+        scopes.extend([pid] * len(records))  # one event per record, added in this order
+        counts[key] += len(records)
+    counts["hsa_api"] += len(buffers.get("hsa_api") or [])
+    if kind_names:
+        meta.extra.setdefault("buffer_kinds", kind_names)
+
+
+def _agents(tool: dict, devices: dict[int, Device]) -> dict[int, int]:
+    """Agent handle -> device number of the process's GPUs; each GPU joins ``devices`` once."""
     agents = {}
     gpus = [a for a in tool.get("agents") or [] if int(a.get("type", 0)) == 2]
     for n, agent in enumerate(gpus):
@@ -113,27 +148,28 @@ def _read_tool(
         props = {k: v for k, v in agent.items() if isinstance(v, int | float | str)}
         props.setdefault("multiProcessorCount", agent.get("cu_count", 0))
         devices.setdefault(dev, Device(dev, f"{name} ({agent.get('name', '')})".replace(" ()", ""), props))
+    return agents
+
+
+def _kernel_names(tool: dict) -> dict[int, str]:
     symbols = tool.get("kernel_symbols") or []
     items = symbols.items() if isinstance(symbols, dict) else enumerate(symbols)
-    kernel_names = {}
+    names = {}
     for key, sym in items:
         if isinstance(sym, dict):
             kid = int(sym.get("kernel_id", key) or 0)
-            kernel_names[kid] = sym.get("formatted_kernel_name") or sym.get("kernel_name") or f"kernel {kid}"
-    kinds = [k.get("operations", []) for k in (tool.get("strings") or {}).get("buffer_records", [])]
-    kind_names = [k.get("kind", "") for k in (tool.get("strings") or {}).get("buffer_records", [])]
+            names[kid] = sym.get("formatted_kernel_name") or sym.get("kernel_name") or f"kernel {kid}"
+    return names
 
-    def op_name(record: dict) -> str:
-        k, op = int(record.get("kind", 0)), int(record.get("operation", 0))
-        return kinds[k][op] if 0 <= k < len(kinds) and 0 <= op < len(kinds[k]) else f"operation {k}:{op}"
 
-    markers = {}
-    for entry in (tool.get("strings") or {}).get("marker_api") or []:
-        if isinstance(entry, dict) and "key" in entry:
-            markers[int(entry["key"])] = str(entry.get("value", ""))
+def _op_name(operations: list[list[str]], record: dict) -> str:
+    """A record's operation by its (kind, operation) numbers, through ``strings.buffer_records``."""
+    k, op = int(record.get("kind", 0)), int(record.get("operation", 0))
+    return operations[k][op] if 0 <= k < len(operations) and 0 <= op < len(operations[k]) else f"operation {k}:{op}"
 
-    buffers = tool.get("buffer_records") or {}
-    for rec in buffers.get("kernel_dispatch") or []:
+
+def _kernels(records: list, kernel_names: dict[int, str], agents: dict[int, int], cols: EventColumns) -> None:
+    for rec in records:
         info = rec["dispatch_info"]
         dev = agents.get(_handle(info.get("agent_id")), -1)
         stream = _handle(rec.get("stream_id"))
@@ -154,10 +190,11 @@ def _read_tool(
             0,
             detail,
         )
-        scopes.append(pid)
-        counts["kernel_dispatch"] += 1
-    for rec in buffers.get("memory_copy") or []:
-        op = op_name(rec)
+
+
+def _copies(records: list, operations: list[list[str]], agents: dict[int, int], cols: EventColumns) -> None:
+    for rec in records:
+        op = _op_name(operations, rec)
         kind = _COPY_KINDS.get(op, Kind.MEMCPY_OTHER)
         src, dst = agents.get(_handle(rec.get("src_agent_id")), -1), agents.get(_handle(rec.get("dst_agent_id")), -1)
         dev = src if kind == Kind.MEMCPY_DTOH or dst < 0 else dst
@@ -175,24 +212,28 @@ def _read_tool(
             nbytes,
             f"bytes {nbytes}",
         )
-        scopes.append(pid)
-        counts["memory_copy"] += 1
-    for rec in buffers.get("hip_api") or []:
+
+
+def _host_calls(records: list, operations: list[list[str]], pid: int, cols: EventColumns, meta: Meta) -> None:
+    for rec in records:
         tid = int(rec.get("thread_id", 0))
         cols.add(
             (LaneKind.CUDA_API, pid, tid),
             int(rec["start_timestamp"]),
             int(rec["end_timestamp"]),
-            op_name(rec),
+            _op_name(operations, rec),
             Kind.CUDA_API,
             _corr(rec),
         )
-        scopes.append(pid)
         meta.threads.setdefault((pid, tid), f"thread {tid}")
-        counts["hip_api"] += 1
-    for rec in buffers.get("marker_api") or []:
+
+
+def _ranges(
+    records: list, operations: list[list[str]], markers: dict[int, str], pid: int, cols: EventColumns, meta: Meta
+) -> None:
+    for rec in records:
         tid = int(rec.get("thread_id", 0))
-        op = op_name(rec)
+        op = _op_name(operations, rec)
         name = markers.get(_corr(rec)) or op
         mark = op in _MARKS
         start = int(rec["start_timestamp"])
@@ -203,9 +244,4 @@ def _read_tool(
             name,
             Kind.MARK if mark else Kind.ANNOTATION,
         )
-        scopes.append(pid)
         meta.threads.setdefault((pid, tid), f"thread {tid}")
-        counts["marker_api"] += 1
-    counts["hsa_api"] += len(buffers.get("hsa_api") or [])
-    if kind_names:
-        meta.extra.setdefault("buffer_kinds", kind_names)

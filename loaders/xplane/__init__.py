@@ -6,15 +6,12 @@ newest run; a run of several hosts is a job (``gaplens ranks DIR``), one host pe
 
 from __future__ import annotations
 
-import os
-
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
-from gaplens.loaders.model import Trace, TraceError
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.validate import Repairs
 from gaplens.loaders.xplane.build import build
 from gaplens.loaders.xplane.wire import WireError, decode
-
-SUFFIX = ".xplane.pb"
 
 
 def load_xplane(path: str, progress: Progress | None = None) -> Trace:
@@ -36,35 +33,3 @@ def load_xplane(path: str, progress: Progress | None = None) -> Trace:
     if progress is not None:
         progress("building", 0.8)
     return build(space, data, path, Repairs())
-
-
-def runs(folder: str) -> list[list[str]]:
-    """The runs under a profile folder, newest first, each as its host files (``<host>.xplane.pb``).
-
-    ``folder`` may be a log dir (``…/plugins/profile/<run>/``), ``plugins/profile`` itself, or one run.
-    Runs are named by their start time (``2024_05_01_12_00_00``), so name order is time order.
-    """
-    for base in (os.path.join(folder, "plugins", "profile"), os.path.join(folder, "profile"), folder):
-        if not os.path.isdir(base):
-            continue
-        here = _hosts(base)
-        if here:
-            return [here]
-        found = []
-        for run in sorted(os.listdir(base), reverse=True):
-            hosts = _hosts(os.path.join(base, run))
-            if hosts:
-                found.append(hosts)
-        if found:
-            return found
-    return []
-
-
-def _hosts(run: str) -> list[str]:
-    if not os.path.isdir(run):
-        return []
-    return sorted(os.path.join(run, n) for n in os.listdir(run) if n.endswith((SUFFIX, SUFFIX + ".gz")))
-
-
-def is_profile_dir(folder: str) -> bool:
-    return os.path.isdir(folder) and bool(runs(folder))

@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gaplens.loaders.build import build_columns
 from gaplens.loaders.events import ordered_lanes
-from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, build_columns
+from gaplens.loaders.kinds import Kind, LaneKind
+from gaplens.loaders.meta import Device, Meta
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.validate import Repairs
 from gaplens.loaders.xplane.wire import BYTES, DOUBLE, INT64, REF, STR, UINT64, Plane, Space
 

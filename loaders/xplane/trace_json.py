@@ -18,9 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from gaplens.loaders.errors import TraceError
 from gaplens.loaders.events import EventColumns
 from gaplens.loaders.files import Progress, Source
-from gaplens.loaders.model import Device, Kind, LaneKind, Meta, Trace, TraceError
+from gaplens.loaders.kinds import Kind, LaneKind
+from gaplens.loaders.meta import Device, Meta
+from gaplens.loaders.trace import Trace
 from gaplens.loaders.xplane.build import (
     _DEVICE,
     _RUNTIME,
@@ -34,6 +37,8 @@ from gaplens.loaders.xplane.build import (
 
 _MARKER = re.compile(rb'"name"\s*:\s*"/(?:device|host):|"highres-ticks"')
 _PROCESS = re.compile(r"^(/device:[A-Z_]+:\d+|/host:[A-Za-z]+)")
+#: The one host process every host event is drawn under.
+_HOST_PID = 1
 
 
 def is_jax_trace_json(body: bytes) -> bool:
@@ -46,6 +51,7 @@ def _ns(value) -> int:
 
 
 def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
+    """Read a JAX trace JSON (plain or gzip); anything else is a one-line TraceError."""
     try:
         doc = orjson.loads(b"".join(Source(path).chunks()))
     except orjson.JSONDecodeError as exc:
@@ -53,74 +59,26 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
     events = doc.get("traceEvents") if isinstance(doc, dict) else doc
     if not isinstance(events, list):
         raise TraceError(f"{path}: not a JAX trace JSON (no traceEvents array)")
-    processes: dict[Any, str] = {}
-    threads: dict[tuple[Any, Any], str] = {}
-    for ev in events:
-        if isinstance(ev, dict) and ev.get("ph") == "M":
-            margs: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
-            if ev.get("name") == "process_name":
-                processes[ev.get("pid")] = str(margs.get("name", ""))
-            elif ev.get("name") == "thread_name":
-                threads[(ev.get("pid"), ev.get("tid"))] = str(margs.get("name", ""))
+    processes, threads = _names(events)
     cols = EventColumns()
     meta = Meta(source_format="jax-trace-json", path=path, source_version="JAX trace JSON (jax.profiler / XProf)")
     devices: dict[int, Device] = {}
-    host_pid = 1
-    stream_of: dict[tuple, int] = {}
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
         pid, tid = ev.get("pid"), ev.get("tid")
         pname = _PROCESS.match(processes.get(pid, ""))
         plane = pname.group(1) if pname else ""
-        start = _ns(ev.get("ts"))
-        end = start + max(_ns(ev.get("dur")), 0)
-        name = str(ev.get("name", ""))
-        args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
-        corr = args.get("correlation_id")
-        corr = int(corr) if isinstance(corr, int | str) and str(corr).isdigit() else -1
-        tid_key = int(tid) if isinstance(tid, int) else abs(hash(str(tid))) & 0x7FFFFFFF
-        detail = "  ".join(f"{k} {args[k]}" for k in DETAIL_STATS if k in args)
+        fields = _fields(ev)
         m = _DEVICE.match(plane)
         if m:
             dev = int(m.group("n"))
-            tname = threads.get((pid, tid), "")
-            sm = _STREAM.match(tname)
-            if not sm:  # derived lines (XLA Modules, Steps, ...): drawn on the device, never busy
-                cols.add((LaneKind.GPU_ANNOTATIONS, dev, tid_key & 0x7FFFFFFF), start, end, name, Kind.GPU_ANNOTATION)
-                continue
-            devices.setdefault(dev, Device(dev, (processes.get(pid) or plane).lstrip("/")))
-            kind = _op_kind(name)
-            lkind = sm.group("kind") or ""
-            if kind == int(Kind.KERNEL) and re.search("memset", lkind, re.IGNORECASE):
-                kind = int(Kind.MEMSET)
-            elif kind == int(Kind.KERNEL) and re.search("memcpy|copy", lkind, re.IGNORECASE):
-                kind = int(_direction(lkind))
-            size = _SIZE.search(str(args.get("memcpy_details", "")))
-            nbytes = int(size.group(1)) if size else 0
-            stream_of.setdefault((dev, int(sm.group("n"))), 0)
-            cols.add((LaneKind.STREAM, dev, int(sm.group("n"))), start, end, name, kind, corr, nbytes, detail)
+            _device_event(fields, dev, processes.get(pid) or plane, threads.get((pid, tid), ""), cols, devices)
         elif plane == "/host:CPU":
-            t = tid_key
-            meta.threads[(host_pid, t)] = threads.get((pid, tid), f"thread {t}")
-            step = args.get("step_num")
-            if name.startswith("$"):
-                cols.add((LaneKind.CPU_OPS, host_pid, t), start, end, name, Kind.PYTHON, -1, 0, detail)
-            elif _RUNTIME.match(name) or corr >= 0:
-                cols.add((LaneKind.CUDA_API, host_pid, t), start, end, name, Kind.CUDA_API, corr, 0, detail)
-            elif step is not None and str(step).isdigit():
-                cols.add(
-                    (LaneKind.ANNOTATIONS, host_pid, t), start, end, f"{name} {step}", Kind.ANNOTATION, -1, 0, detail
-                )
-            elif mm := MODULE_SPAN.match(name):  # one execution of a jitted computation: a phase family
-                cols.add(
-                    (LaneKind.ANNOTATIONS, host_pid, t), start, end, mm.group("module"), Kind.ANNOTATION, -1, 0, detail
-                )
-            else:
-                cols.add((LaneKind.CPU_OPS, host_pid, t), start, end, name, Kind.CPU_OP, -1, 0, detail)
+            _host_event(fields, threads.get((pid, tid)), cols, meta)
     if not cols.start:
         raise TraceError(f"{path}: a JAX trace JSON with no device or host events")
-    meta.processes[host_pid] = "host"
+    meta.processes[_HOST_PID] = "host"
     meta.devices = sorted(devices.values(), key=lambda d: d.id)
     kinds = set(cols.kind)
     if int(Kind.CUDA_API) not in kinds:
@@ -131,3 +89,73 @@ def load_jax_trace_json(path: str, progress: Progress | None = None) -> Trace:
         meta.lacks.append("gpu")
     meta.lacks.append("shapes")
     return cols.finish(meta, None if not cols.corr else np.zeros(len(cols.corr), np.int64))
+
+
+def _names(events: list) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+    """Process and thread names from the metadata (``ph`` M) events."""
+    processes: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    for ev in events:
+        if isinstance(ev, dict) and ev.get("ph") == "M":
+            margs: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
+            if ev.get("name") == "process_name":
+                processes[ev.get("pid")] = str(margs.get("name", ""))
+            elif ev.get("name") == "thread_name":
+                threads[(ev.get("pid"), ev.get("tid"))] = str(margs.get("name", ""))
+    return processes, threads
+
+
+Fields = tuple[int, int, str, dict[str, Any], int, int, str]
+
+
+def _fields(ev: dict) -> Fields:
+    """(start ns, end ns, name, args, correlation or -1, thread key, detail) of an ``X`` event."""
+    start = _ns(ev.get("ts"))
+    end = start + max(_ns(ev.get("dur")), 0)
+    args: dict[str, Any] = ev["args"] if isinstance(ev.get("args"), dict) else {}
+    corr = args.get("correlation_id")
+    corr = int(corr) if isinstance(corr, int | str) and str(corr).isdigit() else -1
+    tid = ev.get("tid")
+    tid_key = int(tid) if isinstance(tid, int) else abs(hash(str(tid))) & 0x7FFFFFFF
+    detail = "  ".join(f"{k} {args[k]}" for k in DETAIL_STATS if k in args)
+    return start, end, str(ev.get("name", "")), args, corr, tid_key, detail
+
+
+def _device_event(
+    fields: Fields, dev: int, device_name: str, thread: str, cols: EventColumns, devices: dict[int, Device]
+) -> None:
+    """An event of a device plane: on a ``Stream #N(Kind)`` line a kernel, copy or memset; on a derived
+    line (XLA Modules, Steps, ...) an annotation drawn on the device, never busy."""
+    start, end, name, args, corr, tid_key, detail = fields
+    sm = _STREAM.match(thread)
+    if not sm:
+        cols.add((LaneKind.GPU_ANNOTATIONS, dev, tid_key & 0x7FFFFFFF), start, end, name, Kind.GPU_ANNOTATION)
+        return
+    devices.setdefault(dev, Device(dev, device_name.lstrip("/")))
+    kind = _op_kind(name)
+    lkind = sm.group("kind") or ""
+    if kind == int(Kind.KERNEL) and re.search("memset", lkind, re.IGNORECASE):
+        kind = int(Kind.MEMSET)
+    elif kind == int(Kind.KERNEL) and re.search("memcpy|copy", lkind, re.IGNORECASE):
+        kind = int(_direction(lkind))
+    size = _SIZE.search(str(args.get("memcpy_details", "")))
+    nbytes = int(size.group(1)) if size else 0
+    cols.add((LaneKind.STREAM, dev, int(sm.group("n"))), start, end, name, kind, corr, nbytes, detail)
+
+
+def _host_event(fields: Fields, thread: str | None, cols: EventColumns, meta: Meta) -> None:
+    """An event of the host plane: a Python frame, a runtime call or launch, a step, a module run, a CPU op."""
+    start, end, name, args, corr, t, detail = fields
+    meta.threads[(_HOST_PID, t)] = thread if thread is not None else f"thread {t}"
+    step = args.get("step_num")
+    lane = (LaneKind.CPU_OPS, _HOST_PID, t)
+    if name.startswith("$"):
+        cols.add(lane, start, end, name, Kind.PYTHON, -1, 0, detail)
+    elif _RUNTIME.match(name) or corr >= 0:
+        cols.add((LaneKind.CUDA_API, _HOST_PID, t), start, end, name, Kind.CUDA_API, corr, 0, detail)
+    elif step is not None and str(step).isdigit():
+        cols.add((LaneKind.ANNOTATIONS, _HOST_PID, t), start, end, f"{name} {step}", Kind.ANNOTATION, -1, 0, detail)
+    elif mm := MODULE_SPAN.match(name):  # one execution of a jitted computation: a phase family
+        cols.add((LaneKind.ANNOTATIONS, _HOST_PID, t), start, end, mm.group("module"), Kind.ANNOTATION, -1, 0, detail)
+    else:
+        cols.add(lane, start, end, name, Kind.CPU_OP, -1, 0, detail)

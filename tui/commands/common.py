@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TextIO
 
 from gaplens.loaders import load
-from gaplens.loaders.files import Writer, atomic_write
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
+from gaplens.store.files import Writer, atomic_write
 
 # Characters json.dumps(ensure_ascii=False) leaves raw that a terminal may act on (C1, bidi, surrogates).
 _JSON_UNSAFE = re.compile(r"[\x7f-\x9f\ud800-\udfff\u2028\u2029\u202a-\u202e\u2066-\u2069]")
