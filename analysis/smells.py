@@ -370,17 +370,17 @@ def step_share(st: Steps, t0: int, t1: int) -> float | None:
     return None
 
 
-def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
-    step_ns = max(st.step_ns, 1)
-    kinds = np.asarray([int(k) for k in HOST_DEVICE], np.int8)
-    idx = np.flatnonzero(np.isin(trace.kind, kinds))
-    if idx.size == 0:
-        return []
+def _copy_on_path_ns(trace: Trace, path: CriticalPath, idx: np.ndarray) -> np.ndarray:
+    """Per host<->device copy of ``idx``: its critical-path time, on the device and in its call.
+
+    Host-side path time inside the copy call counts on the call's own thread: a pageable copy keeps its
+    thread staging chunks, so the path runs through the call, not the op. With phases marked, a copy
+    outside all of them (model loading, warm-up set-up) is set-up cost, not a transfer between a request
+    and its next kernel: 0.
+    """
     seg_len = path.seg_end_ns - path.seg_start_ns
     on_dev = np.bincount(path.seg_event[path.seg_kind == Seg.DEVICE], seg_len[path.seg_kind == Seg.DEVICE], len(trace))
     a = trace.launch[idx]
-    # Host-side path time inside the copy call, on the call's own thread: a pageable copy
-    # keeps its thread staging chunks, so the path runs through the call, not the op.
     on_call = np.zeros(idx.size, dtype=np.int64)
     host_side = path.host_side()
     seg_thread = _thread_of(trace, path.seg_event)
@@ -390,8 +390,6 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
         c = a[m]
         on_call[m] = path.time_in(trace.start_ns[c], trace.end_ns[c], host_side & (seg_thread == th))
     on = on_dev[idx] + on_call
-    # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
-    # set-up cost, not a transfer between a request and its next kernel.
     spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
     if spans:
         t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
@@ -399,6 +397,17 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
         for h0, h1 in spans:
             inside |= (t >= h0) & (t < h1)
         on = np.where(inside, on, 0)
+    return on
+
+
+def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
+    step_ns = max(st.step_ns, 1)
+    kinds = np.asarray([int(k) for k in HOST_DEVICE], np.int8)
+    idx = np.flatnonzero(np.isin(trace.kind, kinds))
+    if idx.size == 0:
+        return []
+    a = trace.launch[idx]
+    on = _copy_on_path_ns(trace, path, idx)
     rows = {r["direction"]: r for r in memory_rows(trace, st)}
     k = step_of(trace, idx, st)
     limit = COPY_STEP_SHARE * step_ns

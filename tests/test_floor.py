@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from gaplens.analysis.floor.floors import floors
 from gaplens.analysis.floor.gpuspecs import BUILTIN, SpecError, load_user_specs, match_spec
+from gaplens.analysis.floor.lever import floor_lever
 from gaplens.analysis.floor.opsize import has_formula, size_op
-from gaplens.analysis.floor.reading import floor_json, floor_lever, floors, op_rows
+from gaplens.analysis.floor.reading import floor_json
+from gaplens.analysis.floor.windows import op_rows
 from gaplens.loaders import load
 from gaplens.tui.cli import main
 from tests.conftest import public
@@ -331,7 +334,7 @@ EVENT_SLACK = 0.06
 
 
 def _calib():
-    from gaplens.analysis.floor.reading import window_sel
+    from gaplens.analysis.floor.windows import window_sel
     from gaplens.analysis.phases import phases
 
     trace = load(str(ROUND3 / "floor_calib.json.gz"))
@@ -557,7 +560,7 @@ def test_tiny_sized_ops_are_said_to_be_latency_paced_not_a_share_of_the_roof(cap
     (their sizes from the raw events' ``bytes``). They read "a floor of 0 ns (... 0% of the roof,
     memory-bound)": nothing true about a 4-byte memset. Now the lines say they are small and paced by latency."""
     from gaplens.analysis.floor.gpuspecs import BUILTIN
-    from gaplens.analysis.floor.reading import LATENCY_FLOOR_NS
+    from gaplens.analysis.floor.roof import LATENCY_FLOOR_NS
 
     path = ROUND3 / "graphs_fault.json.gz"
     sized = [e for e in _raw(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset") and e.get("args", {}).get("bytes")]
@@ -585,12 +588,12 @@ def test_ops_with_a_real_floor_keep_their_roof_share(capsys):
 def test_a_latency_paced_kernel_family_gets_the_fusion_lever(monkeypatch):
     """When the family with the most time above its floor is made of kernels whose floors are latency-sized,
     the lever says so (count and mean time from the op rows) instead of a roof share and a bandwidth lever."""
-    import gaplens.analysis.floor.reading as fl
+    import gaplens.analysis.floor.roof as roof
 
     trace = load(str(DATA / "options_all.json.gz"))
     before = floor_lever(trace)
     assert before is not None and "% of the roof" in before.text
-    monkeypatch.setattr(fl, "LATENCY_FLOOR_NS", 10**9)  # every family counts as latency-paced
+    monkeypatch.setattr(roof, "LATENCY_FLOOR_NS", 10**9)  # every family counts as latency-paced
     after = floor_lever(trace)
     row = next(r for r in op_rows(trace) if r["name"] == after.family and r["dtype"] == after.dtype)
     assert "latency-bound" in after.text and "% of the roof" not in after.text

@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gaplens.loaders.model import Trace
+
 T = 1e12  # TFLOP/s
 G = 1e9  # GB/s
 
@@ -454,3 +456,9 @@ def match_spec(name: str, props: dict | None = None, user: list[GpuSpec] | None 
             [s.key for s in named],
         )
     return Match(device, name, fits[0], "", [s.key for s in fits])
+
+
+def gpu_matches(trace: Trace, gpu_spec: str | None = None) -> dict[int, Match]:
+    """The spec row per device (``gpu_spec``: a user file; else the default location when present)."""
+    user = load_user_specs(gpu_spec)
+    return {d.id: match_spec(d.name, d.properties, user, d.id) for d in trace.meta.devices}

@@ -16,7 +16,7 @@ experiment goes to the *cause group* holding the most on-path blank time in stea
    copy lever, naming direction and memory kind. When on-path blank time is under
    ``DEVICE_PACED_BLANK_SHARE`` of the steady time, or compute fills ``KERNEL_BOUND_PCT``, the
    device paces the work: the waits between queued ops (``dependency``) when they outweigh the
-   host's, else the kernels against their hardware floor (``analysis.floor.reading``'s op family when its
+   host's, else the kernels against their hardware floor (``analysis.floor.lever``'s op family when its
    excess is worth naming).
 4. The lever is fitted to the trace (``analysis.levers``): never what the trace already does.
 
@@ -185,7 +185,11 @@ def _copy_alone_ns(trace: Trace, spans: list[tuple[int, int]]) -> tuple[int, lis
 
 @per_trace
 def experiment(trace: Trace) -> Experiment:
-    """The one experiment for this trace (see module docstring); cached per trace."""
+    """The one experiment for this trace (see module docstring); cached per trace.
+
+    Kept whole (over 80 lines): one decision ladder read top to bottom, each return one kind of experiment
+    (no GPU work, better trace, copy-bound, dependency, device-paced, then the largest on-path cause).
+    """
     if not busy_share(trace).busy_ns:
         return Experiment(NO_GPU, "", "none")
     st = steps(trace)
@@ -376,7 +380,7 @@ def _device(trace: Trace, why: str, total: int, spans: list[tuple[int, int]], fa
     named: a few microseconds above the floor is not where a device-paced step's time goes.
     """
     try:
-        from gaplens.analysis.floor.reading import floor_lever
+        from gaplens.analysis.floor.lever import floor_lever
     except ImportError:  # the floor reading is optional
         return Experiment(KERNEL_LEVER, why, "device", 0, total, None, facts)
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)
