@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from gaplens.analysis.floor.floors import floors
-from gaplens.analysis.floor.gpuspecs import BUILTIN, SpecError, load_user_specs, match_spec
+from gaplens.analysis.floor.gpuspecs import BUILTIN, SpecError, match_spec
 from gaplens.analysis.floor.lever import floor_lever
 from gaplens.analysis.floor.opsize import has_formula, size_op
 from gaplens.analysis.floor.reading import floor_json
 from gaplens.analysis.floor.windows import op_rows
 from gaplens.loaders import load
+from gaplens.store.gpuspecs import load_user_specs
 from gaplens.tui.cli import main
 from tests.conftest import public
 
@@ -208,6 +209,38 @@ def test_default_spec_location(tmp_path, monkeypatch):
     (tmp_path / "gaplens").mkdir()
     (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([{"name": "Z1", "mem_gb_per_s": 10}]))
     assert [s.name for s in load_user_specs()] == ["Z1"]
+
+
+def test_analysis_gets_user_rows_only_through_the_installed_reader(tmp_path, monkeypatch):
+    """The floor reads no file itself (issue 28): without a reader there are no user rows, and a named file
+    is an error, not silently the built-in table; ``store.install`` hands it the store's reader."""
+    from gaplens import store
+    from gaplens.analysis.floor import gpuspecs
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gaplens").mkdir()
+    (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([{"name": "Z1", "mem_gb_per_s": 10}]))
+    monkeypatch.setattr(gpuspecs, "_USER_ROWS", None)
+    assert gpuspecs.user_specs() == []
+    with pytest.raises(SpecError, match="no reader installed"):
+        gpuspecs.user_specs(str(tmp_path / "gaplens" / "gpus.json"))
+    store.install()
+    assert [s.name for s in gpuspecs.user_specs()] == ["Z1"]
+
+
+def test_a_user_row_from_the_default_file_reaches_the_floor(tmp_path, monkeypatch):
+    """shapes_stack records an H200 (its deviceProperties name); a default-location row that replaces
+    h200-sxm with half the bf16 peak is the row the floor uses, through the store's reader."""
+    path = DATA / "shapes_stack.json.gz"
+    with gzip.open(path) as fh:
+        name = json.load(fh)["deviceProperties"][0]["name"]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gaplens").mkdir()
+    row = {"key": "h200-sxm", "name": name, "match": "H200", "peak_tflops": {"bf16": 400}, "mem_gb_per_s": 4000}
+    (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([row]))
+    (m,) = floors(load(str(path))).matches.values()
+    assert m.spec is not None and m.spec.user and m.spec.peak_flops["bf16"] == 400e12
+    assert m.spec.mem_bytes_per_s == 4000e9
 
 
 # ---- floors on a recorded trace -----------------------------------------------------------------
