@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.analysis.busy import copy_label, copy_mask, device_splits, is_host_copy
-from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side
+from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side, module_load_words
 from gaplens.analysis.regions import Regions
 from gaplens.analysis.thread_time import copy_op_of_calls, waited_ns
 from gaplens.analysis.units import fmt_ns
@@ -34,6 +34,10 @@ DEPENDENCY_GRAPH_HINT = (
     "the next GPU op belongs to a graph launched before the gap began: the device waited on a graph edge "
     "(a node's dependencies), not on the host"
 )
+MODULE_LOAD_HINT = (
+    "a one-off warm-up cost (lazy module loading), set apart from the steady state like a warm-up step: "
+    "load modules up front (CUDA_MODULE_LOADING=EAGER, a warm-up pass) or profile after warm-up"
+)
 COPY_CALL_HINT = "the launching thread sat in copy calls (cudaMemcpy*) while the device ran no compute"
 IDLE_HINT = "nothing was asked of the device here (outside every phase, or no host work in flight)"
 PROFILER_HINT = "the profiler's own work (buffer flushes, initialisation) covers most of this region: an artefact"
@@ -43,8 +47,14 @@ COMM_HINT = (
 )
 
 
-def messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, known: np.ndarray) -> list[str]:
-    """Per region: its message, from its cause's name (``cause``: one of ``analysis.causes.CAUSES`` each)."""
+def messages(
+    trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, known: np.ndarray, warm: np.ndarray
+) -> list[str]:
+    """Per region: its message, from its cause's name (``cause``: one of ``analysis.causes.CAUSES`` each).
+
+    A one-off module load (``warm``) says what loaded: the whole message where the thread's time is host
+    or launch work (the load is), after the cause's own message otherwise.
+    """
     out = [""] * len(reg)
     for c, hint in (("idle", IDLE_HINT), ("profiler", PROFILER_HINT), ("comm", COMM_HINT)):
         for i in np.flatnonzero(cause == c).tolist():
@@ -75,6 +85,9 @@ def messages(trace: Trace, reg: Regions, nxt: np.ndarray, cause: np.ndarray, kno
     if "cpu_ops" in trace.meta.lacks:
         for i in np.flatnonzero(cause == "host").tolist():
             out[i] = out[i] or HOST_UNSEEN_HINT
+    for i in np.flatnonzero(warm & (nxt >= 0)).tolist():
+        text = f"{module_load_words(trace, int(nxt[i]))}: {MODULE_LOAD_HINT}"
+        out[i] = text if cause[i] in ("host", "launch") or not out[i] else f"{out[i]}; {text}"
     for i, text in _queue_notes(trace, reg, nxt, cause).items():
         out[i] = f"{out[i]}; {text}" if out[i] else text
     unknown = np.flatnonzero(cause == "unknown")

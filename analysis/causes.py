@@ -77,12 +77,15 @@ def _first_at_or_after(
     return out
 
 
-def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def classify(
+    trace: Trace, reg: Regions, nxt: np.ndarray, warm: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message.
 
     What the device shows first: communication, then copies, then the profiler's own rows. The rest:
     ``dependency`` when the op that ends the gap was launched (its call ended) before the gap began, the
-    host was not late; otherwise the launching thread's split into sync, copy, launch and host.
+    host was not late; otherwise the launching thread's split into sync, copy, launch and host. ``warm``:
+    the one-off module loads (``calls.module_load_regions``), whose message says what loaded.
     """
     starts, ends, devs = reg.start_ns, reg.end_ns, reg.device
     n = starts.size
@@ -128,7 +131,8 @@ def classify(trace: Trace, reg: Regions, nxt: np.ndarray) -> tuple[np.ndarray, n
     out[reg.idle, col["idle"]] = 1.0
     out = np.round(out, 4)
     cause = np.argmax(out, axis=1).astype(np.int8)
-    return cause, out, messages(trace, reg, nxt, np.asarray(CAUSES)[cause], known)
+    warm = np.zeros(n, bool) if warm is None else warm
+    return cause, out, messages(trace, reg, nxt, np.asarray(CAUSES)[cause], known, warm)
 
 
 def queued_before(trace: Trace, nxt: np.ndarray, starts: np.ndarray) -> np.ndarray:

@@ -114,11 +114,15 @@ class Reading:
 
 
 def _eligible(cols) -> np.ndarray:
-    """THE gap's rule as a mask: on the critical path; without any, what the device was asked to fill."""
+    """THE gap's rule as a mask (``GapColumns.the_index``): on the critical path; without any, what the device
+    was asked to fill; a one-off module load only when nothing else is."""
     on = np.asarray(cols.on_path, dtype=bool)
-    if on.any():
-        return on
-    return ~np.isin(cols.cause, NOT_WORK)
+    work = ~np.isin(cols.cause, NOT_WORK)
+    warm = np.asarray(cols.warmup, dtype=bool)
+    for pick in (on & ~warm, work & ~warm, on, work):
+        if pick.any():
+            return pick
+    return work
 
 
 def read(trace: Trace) -> Reading:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
-from gaplens.analysis.calls import first_calls
+from gaplens.analysis.calls import module_load_words
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.levers import fitted_lever, per_step
@@ -337,11 +337,9 @@ def host_islands(trace: Trace, gaps: GapColumns, st: Steps) -> list[Finding]:
         of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
         numbers = {"host_share": host, "step_share": None if share is None else round(share, 3)}
         what = f"while the host ran CPU work outside any CUDA call ({100 * host:.0f}% of the gap)"
-        if first_calls(trace, np.asarray([nxt]))[0]:
-            # The first launch of a kernel that loads its module: warm-up, not a steady cost.
-            call = int(trace.launch[nxt])
-            took = fmt_ns(int(trace.end_ns[call] - trace.start_ns[call]))
-            what = f"while the first launch of {trace.name(nxt)[:60]} ran {took} (module load): a one-off warm-up cost"
+        if gaps.warmup[k]:
+            # A launch that loaded its kernel's module (``calls.module_load_regions``): warm-up, not a steady cost.
+            what = f"while {module_load_words(trace, nxt)}: a one-off warm-up cost"
             numbers["warmup"] = True
         out.append(
             Finding(

@@ -74,8 +74,8 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
       issuing a DtoD copy is not copying): a blocking call from its copy's start, an asynchronous
       host<->device copy call whole; an asynchronous device-local (DtoD, peer) copy call is a launch;
     - alloc: memory-management calls (``Call.ALLOC``);
-    - launch: launch calls, except memory management and module loading and the first launch of a
-      kernel that took ``calls.FIRST_CALL_MIN_NS`` or more (it loaded the module: warm-up host work);
+    - launch: launch calls, except memory management and module loading and a launch that loaded its
+      kernel's module (``calls.module_loads``: warm-up host work);
       a short CPU op that makes any call that queues work (dispatch overhead);
     - pipeline: the input pipeline's ranges and ops (``INPUT_PIPELINE``): host time, never run-ahead;
     - ahead_sync / ahead_alloc: the run-ahead after a sync or memory-management call that waited for
