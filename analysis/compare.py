@@ -33,7 +33,7 @@ from gaplens.analysis.busy import span_busy_ns
 from gaplens.analysis.gaps import CAUSES, NOT_WORK, gap_columns, the_gap
 from gaplens.analysis.phases import Phase, family, innermost, phases
 from gaplens.analysis.regions import device_phases
-from gaplens.analysis.steps import steps
+from gaplens.analysis.steps import Steps, steps
 from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import MEMCPY_KINDS, Kind, Trace, TraceError
@@ -114,11 +114,15 @@ class Reading:
 
 
 def _eligible(cols) -> np.ndarray:
-    """THE gap's rule as a mask: on the critical path; without any, what the device was asked to fill."""
+    """THE gap's rule as a mask (``GapColumns.the_index``): on the critical path; without any, what the device
+    was asked to fill; a one-off module load only when nothing else is."""
     on = np.asarray(cols.on_path, dtype=bool)
-    if on.any():
-        return on
-    return ~np.isin(cols.cause, NOT_WORK)
+    work = ~np.isin(cols.cause, NOT_WORK)
+    warm = np.asarray(cols.warmup, dtype=bool)
+    for pick in (on & ~warm, work & ~warm, on, work):
+        if pick.any():
+            return pick
+    return work
 
 
 def read(trace: Trace) -> Reading:
@@ -129,24 +133,8 @@ def read(trace: Trace) -> Reading:
     gs, ge, gc = cols.start_ns[ok], cols.end_ns[ok], cols.cause[ok]
     gd = cols.device[ok]
     by_dev = {int(d): (gs[gd == d], ge[gd == d]) for d in np.unique(gd).tolist()}
-    plist = phases(trace)
     st = steps(trace)
-    # warm-up steps are set apart (the step owner names them): a first step's module loading is no finding
-    # and so is what ran inside them: a child family summed over every step beside a parent summed over
-    # the steady ones reads longer than its parent (round-3 copy_bound: copy_in ×6 522 ms, train_step ×5 508 ms)
-    warm = [st.host_spans[k] for k in st.warmup_idx] if st else []
-    stats: dict[str, PhaseStat] = {}
-    for p in plist:
-        st_ = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
-        if any(p.pid == st.pid and a <= p.host_start_ns and p.host_end_ns <= z for a, z in warm):
-            st_.warmup += 1
-            continue
-        st_.count += 1
-        st_.dur_ns += p.dur_ns
-        if p.lane >= 0:
-            st_.busy_ns += span_busy_ns(trace, p.start_ns, p.end_ns, [trace.lanes[p.lane].device])
-        ds, de = by_dev.get(p.device, (gs[:0], ge[:0])) if p.device is not None else (gs, ge)
-        st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(ds, de, p.start_ns, p.end_ns))
+    stats = _phase_stats(trace, st, by_dev, gs, ge)
 
     step_d = st.to_json() if st else None
     kps = cps = bps = None
@@ -210,6 +198,31 @@ def read(trace: Trace) -> Reading:
         gate_compute_pct=gate_compute,
         gate_scope=gate_scope,
     )
+
+
+def _phase_stats(
+    trace: Trace, st: Steps | None, by_dev: dict[int, tuple[np.ndarray, np.ndarray]], gs: np.ndarray, ge: np.ndarray
+) -> dict[str, PhaseStat]:
+    """Per phase family: instances, time, compute time and the largest blank region inside one instance.
+
+    Warm-up steps are set apart (the step owner names them): a first step's module loading is no finding
+    and so is what ran inside them: a child family summed over every step beside a parent summed over
+    the steady ones reads longer than its parent (round-3 copy_bound: copy_in ×6 522 ms, train_step ×5 508 ms).
+    """
+    warm = [st.host_spans[k] for k in st.warmup_idx] if st else []
+    stats: dict[str, PhaseStat] = {}
+    for p in phases(trace):
+        st_ = stats.setdefault(family(p.name), PhaseStat(family(p.name)))
+        if st and any(p.pid == st.pid and a <= p.host_start_ns and p.host_end_ns <= z for a, z in warm):
+            st_.warmup += 1
+            continue
+        st_.count += 1
+        st_.dur_ns += p.dur_ns
+        if p.lane >= 0:
+            st_.busy_ns += span_busy_ns(trace, p.start_ns, p.end_ns, [trace.lanes[p.lane].device])
+        ds, de = by_dev.get(p.device, (gs[:0], ge[:0])) if p.device is not None else (gs, ge)
+        st_.largest_blank_ns = max(st_.largest_blank_ns, _largest_clipped(ds, de, p.start_ns, p.end_ns))
+    return stats
 
 
 def _hull(host: tuple[int, int], gpu: tuple[int, int]) -> tuple[int, int]:

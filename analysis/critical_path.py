@@ -147,6 +147,11 @@ def graph(trace: Trace) -> Graph:
 
 
 def build_graph(trace: Trace) -> Graph:
+    """Every node's binding predecessor and edge kind (stream, launch, wait, sync, host).
+
+    Kept whole (over 80 lines): each ``# ----`` section is one edge kind over the same sorted ops, and
+    each reads the one before it (the stream order decides which launch and wait edges bind).
+    """
     n = len(trace)
     start, end = trace.start_ns, trace.end_ns
     pred = np.full(2 * n, -1, dtype=np.int64)

@@ -14,10 +14,10 @@ import numpy as np
 
 from gaplens.analysis.busy import copy_mask
 from gaplens.analysis.calls import Call, api_class
-from gaplens.analysis.causes import record_call, recorded_waits, wait_call_before
 from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.regions import Gap
+from gaplens.analysis.wait_calls import record_call, recorded_waits, wait_call_before
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
 

@@ -14,7 +14,8 @@ pieces. Here each piece gets
   waiting room, the measuring instrument or the device's own dependencies.
 
 ``the_gap`` picks THE blank region every screen and command talks about: the largest on
-the critical path.
+the critical path that is not a one-off module load (``calls.module_load_regions``: warm-up, set apart
+as step 6 sets it apart).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gaplens.analysis.calls import module_load_regions
 from gaplens.analysis.causes import CAUSES, NOT_WORK, classify, next_compute_ops
 from gaplens.analysis.critical_path import critical_path
 from gaplens.analysis.evidence import evidence
@@ -52,6 +54,7 @@ class GapColumns:
     shares: np.ndarray  # (n, len(CAUSES)) share of each cause
     message: list[str]
     next_op: np.ndarray  # the compute op that ended each gap (-1 at the window's end)
+    warmup: np.ndarray  # bool: a one-off module load (``calls.module_load_regions``), never THE gap
 
     def __len__(self) -> int:
         return int(self.start_ns.size)
@@ -116,12 +119,15 @@ class GapColumns:
 
         The largest on the critical path; when none is (a device-paced trace, or one without
         its host side), the largest the device was asked to fill: never an idle stretch or the
-        profiler's own flush.
+        profiler's own flush. A one-off module load is warm-up, set apart as step 6 sets it apart: THE
+        gap only when every candidate is one (then its message says so).
         """
-        k = self.largest_on_path()
-        if k >= 0:
-            return k
-        return self._largest_of(np.flatnonzero(~np.isin(self.cause, NOT_WORK)))
+        work = ~np.isin(self.cause, NOT_WORK)
+        for pick in (self.on_path & ~self.warmup, work & ~self.warmup, self.on_path, work):
+            k = self._largest_of(np.flatnonzero(pick))
+            if k >= 0:
+                return k
+        return -1
 
     def _largest_of(self, idx: np.ndarray) -> int:
         if idx.size == 0:
@@ -138,7 +144,8 @@ class GapColumns:
 
 def _empty() -> GapColumns:
     e = np.empty(0, np.int64)
-    return GapColumns(e, e, e, np.zeros(0, bool), np.zeros(0, np.int8), np.zeros((0, len(CAUSES))), [], e)
+    none = np.zeros(0, bool)
+    return GapColumns(e, e, e, none, np.zeros(0, np.int8), np.zeros((0, len(CAUSES))), [], e, none)
 
 
 def gap_columns(
@@ -161,7 +168,8 @@ def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapC
         return _empty()
     starts, ends, devs = reg.start_ns, reg.end_ns, reg.device
     nxt = next_compute_ops(trace, devs, ends)
-    cause, shares, message = classify(trace, reg, nxt)
+    warm = module_load_regions(trace, starts, ends, nxt)
+    cause, shares, message = classify(trace, reg, nxt, warm)
     path = critical_path(trace, window)
     dur = ends - starts
     host = path.time_in(starts, ends)
@@ -174,7 +182,7 @@ def _columns(trace: Trace, reg: Regions, window: tuple[int, int] | None) -> GapC
         | ((cause == CAUSES.index("comm")) & (comm >= ON_PATH_SHARE * dur))
         | ((cause == CAUSES.index("copy")) & (copy >= ON_PATH_SHARE * dur))
     )
-    return GapColumns(devs, starts, ends, on, cause, shares, message, nxt)
+    return GapColumns(devs, starts, ends, on, cause, shares, message, nxt, warm)
 
 
 def analyse_gaps(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaplens.analysis.floor.reading import gpu_matches
+from gaplens.analysis.floor.gpuspecs import gpu_matches
 from gaplens.analysis.levers import allocator_off, copy_kinds, launches
 from gaplens.analysis.steps import steps
 from gaplens.analysis.units import fmt_ns

@@ -275,6 +275,11 @@ def _host_shift(rp: Replay, thread: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def run_replay(rp: Replay, dnew: np.ndarray, rnew: np.ndarray, unblock: np.ndarray, span: int, t0: int) -> None:
+    """Lay out every op's new start and end (``rp.snew``, ``rp.enew``), chunk by chunk between blocking returns.
+
+    Kept whole (over 80 lines): the hot loop (``run_chunk``) closes over a dozen arrays laid out for it in
+    chunk order; split, they would travel as one tuple and the layout would sit away from its one reader.
+    """
     b = rp.base
     n = b.g.size
     enew = np.full(n, NEG, np.int64)  # in chunk order (below) until the end

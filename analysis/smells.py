@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, device_splits, gpu_window, gpu_work
-from gaplens.analysis.calls import first_calls
+from gaplens.analysis.calls import module_load_words
 from gaplens.analysis.critical_path import CriticalPath, Edge, Seg, critical_path, graph
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.levers import fitted_lever, per_step
@@ -337,11 +337,9 @@ def host_islands(trace: Trace, gaps: GapColumns, st: Steps) -> list[Finding]:
         of_step = f" ({_share_text(share)} of its step)" if share is not None else ""
         numbers = {"host_share": host, "step_share": None if share is None else round(share, 3)}
         what = f"while the host ran CPU work outside any CUDA call ({100 * host:.0f}% of the gap)"
-        if first_calls(trace, np.asarray([nxt]))[0]:
-            # The first launch of a kernel that loads its module: warm-up, not a steady cost.
-            call = int(trace.launch[nxt])
-            took = fmt_ns(int(trace.end_ns[call] - trace.start_ns[call]))
-            what = f"while the first launch of {trace.name(nxt)[:60]} ran {took} (module load): a one-off warm-up cost"
+        if gaps.warmup[k]:
+            # A launch that loaded its kernel's module (``calls.module_load_regions``): warm-up, not a steady cost.
+            what = f"while {module_load_words(trace, nxt)}: a one-off warm-up cost"
             numbers["warmup"] = True
         out.append(
             Finding(
@@ -370,17 +368,17 @@ def step_share(st: Steps, t0: int, t1: int) -> float | None:
     return None
 
 
-def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
-    step_ns = max(st.step_ns, 1)
-    kinds = np.asarray([int(k) for k in HOST_DEVICE], np.int8)
-    idx = np.flatnonzero(np.isin(trace.kind, kinds))
-    if idx.size == 0:
-        return []
+def _copy_on_path_ns(trace: Trace, path: CriticalPath, idx: np.ndarray) -> np.ndarray:
+    """Per host<->device copy of ``idx``: its critical-path time, on the device and in its call.
+
+    Host-side path time inside the copy call counts on the call's own thread: a pageable copy keeps its
+    thread staging chunks, so the path runs through the call, not the op. With phases marked, a copy
+    outside all of them (model loading, warm-up set-up) is set-up cost, not a transfer between a request
+    and its next kernel: 0.
+    """
     seg_len = path.seg_end_ns - path.seg_start_ns
     on_dev = np.bincount(path.seg_event[path.seg_kind == Seg.DEVICE], seg_len[path.seg_kind == Seg.DEVICE], len(trace))
     a = trace.launch[idx]
-    # Host-side path time inside the copy call, on the call's own thread: a pageable copy
-    # keeps its thread staging chunks, so the path runs through the call, not the op.
     on_call = np.zeros(idx.size, dtype=np.int64)
     host_side = path.host_side()
     seg_thread = _thread_of(trace, path.seg_event)
@@ -390,8 +388,6 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
         c = a[m]
         on_call[m] = path.time_in(trace.start_ns[c], trace.end_ns[c], host_side & (seg_thread == th))
     on = on_dev[idx] + on_call
-    # With phases marked, a copy outside all of them (model loading, warm-up set-up) is
-    # set-up cost, not a transfer between a request and its next kernel.
     spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
     if spans:
         t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
@@ -399,6 +395,17 @@ def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]
         for h0, h1 in spans:
             inside |= (t >= h0) & (t < h1)
         on = np.where(inside, on, 0)
+    return on
+
+
+def copies_on_path(trace: Trace, path: CriticalPath, st: Steps) -> list[Finding]:
+    step_ns = max(st.step_ns, 1)
+    kinds = np.asarray([int(k) for k in HOST_DEVICE], np.int8)
+    idx = np.flatnonzero(np.isin(trace.kind, kinds))
+    if idx.size == 0:
+        return []
+    a = trace.launch[idx]
+    on = _copy_on_path_ns(trace, path, idx)
     rows = {r["direction"]: r for r in memory_rows(trace, st)}
     k = step_of(trace, idx, st)
     limit = COPY_STEP_SHARE * step_ns

@@ -11,13 +11,13 @@ import numpy as np
 
 from gaplens.analysis.busy import compute_mask
 from gaplens.analysis.calls import Call, api_class
-from gaplens.analysis.causes import INPUT_PIPELINE
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.phases import phases
 from gaplens.analysis.replay import Base
 from gaplens.analysis.smells import ISLAND_MIN_NS, ISLAND_STEP_SHARE
 from gaplens.analysis.spans import union
 from gaplens.analysis.steps import steps
+from gaplens.analysis.thread_time import INPUT_PIPELINE
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Kind, Trace
 
@@ -133,7 +133,7 @@ def _calls_of(trace: Trace, b: Base, cls_: int) -> tuple[np.ndarray, np.ndarray,
 
 def _pipeline_time(trace: Trace, b: Base) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(threads, starts, ends) of the input pipeline inside the steps: the step thread waiting for (or
-    making) its next batch (``analysis.causes.INPUT_PIPELINE``: a DataLoader's ``__next__``)."""
+    making) its next batch (``analysis.thread_time.INPUT_PIPELINE``: a DataLoader's ``__next__``)."""
 
     ids = [i for i, nm in enumerate(trace.names) if INPUT_PIPELINE.search(nm)]
     st = steps(trace)

@@ -89,7 +89,7 @@ def code_stamp() -> str:
 def _inputs_stamp() -> str:
     """What readings read besides the trace and the code: the user's GPU spec rows (the experiment's
     floor branch reads them), by size and mtime, so adding or editing that file is a miss."""
-    from gaplens.analysis.floor.gpuspecs import default_spec_path
+    from gaplens.store.gpuspecs import default_spec_path
 
     try:
         st = default_spec_path().stat()

@@ -5,11 +5,12 @@ Times in ns; every expectation is read off the timing diagram of its test.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gaplens.analysis.busy import busy_share, copy_label
 from gaplens.analysis.comm import comm_family, is_comm_name
-from gaplens.analysis.gaps import analyse_gaps
+from gaplens.analysis.gaps import CAUSES, analyse_gaps, gap_columns
 from gaplens.analysis.regions import bound_by
 from gaplens.loaders.model import Kind
 from tests.handbuilt import Builder
@@ -211,6 +212,27 @@ def test_first_launch_that_loads_its_module_is_warm_up_host_work():
     gaps = analyse_gaps(b.trace())
     first = max(gaps, key=lambda g: g.dur_ns)
     assert first.cause == "host" and first.shares.get("launch", 0) < 0.01
+
+
+def test_a_driver_module_load_before_a_launch_is_warm_up_and_never_the_gap():
+    """nsys records lazy loading as a driver call before the launch that needed it (cuLibraryLoadData, then
+    cudaLaunchKernel): the kernel name was launched before, so the first-launch rule cannot see it. The
+    region is one-off warm-up host work (one cause, host), its message names the load, and THE gap is the
+    smaller steady host island, not it."""
+    b = Builder()
+    b.launch(0, 10, 12, 100, name="k")
+    b.call(200, 4_000_200, "cuLibraryLoadData")  # 4 ms of module loading
+    b.launch(4_000_300, 7_000_300, 7_000_400, 7_000_500, name="k")  # the launch it was for: 3 ms more
+    b.launch(8_000_000, 8_000_010, 8_000_020, 8_000_100, name="k")  # after ~1 ms of Python: a host island
+    cols = gap_columns(b.trace())
+    dur = cols.end_ns - cols.start_ns
+    load = int(np.argmax(dur))
+    assert cols.start_ns[load] == 100 and cols.end_ns[load] == 7_000_400
+    assert cols.warmup[load] and CAUSES[cols.cause[load]] == "host" and cols.shares_of(load) == {"host": 1.0}
+    assert "cuLibraryLoadData ×1 4 ms, then cudaLaunchKernel 3 ms" in cols.message[load]
+    assert "one-off warm-up cost" in cols.message[load]
+    the = cols.the_index()
+    assert the != load and cols.start_ns[the] == 7_000_500 and not cols.warmup[the]
 
 
 def test_copy_bound_window_reads_copy_bound():

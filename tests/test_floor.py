@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from gaplens.analysis.floor.gpuspecs import BUILTIN, SpecError, load_user_specs, match_spec
+from gaplens.analysis.floor.floors import floors
+from gaplens.analysis.floor.gpuspecs import BUILTIN, SpecError, match_spec
+from gaplens.analysis.floor.lever import floor_lever
 from gaplens.analysis.floor.opsize import has_formula, size_op
-from gaplens.analysis.floor.reading import floor_json, floor_lever, floors, op_rows
+from gaplens.analysis.floor.reading import floor_json
+from gaplens.analysis.floor.windows import op_rows
 from gaplens.loaders import load
+from gaplens.store.gpuspecs import load_user_specs
 from gaplens.tui.cli import main
 from tests.conftest import public
 
@@ -207,6 +211,38 @@ def test_default_spec_location(tmp_path, monkeypatch):
     assert [s.name for s in load_user_specs()] == ["Z1"]
 
 
+def test_analysis_gets_user_rows_only_through_the_installed_reader(tmp_path, monkeypatch):
+    """The floor reads no file itself (issue 28): without a reader there are no user rows, and a named file
+    is an error, not silently the built-in table; ``store.install`` hands it the store's reader."""
+    from gaplens import store
+    from gaplens.analysis.floor import gpuspecs
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gaplens").mkdir()
+    (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([{"name": "Z1", "mem_gb_per_s": 10}]))
+    monkeypatch.setattr(gpuspecs, "_USER_ROWS", None)
+    assert gpuspecs.user_specs() == []
+    with pytest.raises(SpecError, match="no reader installed"):
+        gpuspecs.user_specs(str(tmp_path / "gaplens" / "gpus.json"))
+    store.install()
+    assert [s.name for s in gpuspecs.user_specs()] == ["Z1"]
+
+
+def test_a_user_row_from_the_default_file_reaches_the_floor(tmp_path, monkeypatch):
+    """shapes_stack records an H200 (its deviceProperties name); a default-location row that replaces
+    h200-sxm with half the bf16 peak is the row the floor uses, through the store's reader."""
+    path = DATA / "shapes_stack.json.gz"
+    with gzip.open(path) as fh:
+        name = json.load(fh)["deviceProperties"][0]["name"]
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "gaplens").mkdir()
+    row = {"key": "h200-sxm", "name": name, "match": "H200", "peak_tflops": {"bf16": 400}, "mem_gb_per_s": 4000}
+    (tmp_path / "gaplens" / "gpus.json").write_text(json.dumps([row]))
+    (m,) = floors(load(str(path))).matches.values()
+    assert m.spec is not None and m.spec.user and m.spec.peak_flops["bf16"] == 400e12
+    assert m.spec.mem_bytes_per_s == 4000e9
+
+
 # ---- floors on a recorded trace -----------------------------------------------------------------
 
 
@@ -331,7 +367,7 @@ EVENT_SLACK = 0.06
 
 
 def _calib():
-    from gaplens.analysis.floor.reading import window_sel
+    from gaplens.analysis.floor.windows import window_sel
     from gaplens.analysis.phases import phases
 
     trace = load(str(ROUND3 / "floor_calib.json.gz"))
@@ -557,7 +593,7 @@ def test_tiny_sized_ops_are_said_to_be_latency_paced_not_a_share_of_the_roof(cap
     (their sizes from the raw events' ``bytes``). They read "a floor of 0 ns (... 0% of the roof,
     memory-bound)": nothing true about a 4-byte memset. Now the lines say they are small and paced by latency."""
     from gaplens.analysis.floor.gpuspecs import BUILTIN
-    from gaplens.analysis.floor.reading import LATENCY_FLOOR_NS
+    from gaplens.analysis.floor.roof import LATENCY_FLOOR_NS
 
     path = ROUND3 / "graphs_fault.json.gz"
     sized = [e for e in _raw(path) if e.get("cat") in ("gpu_memcpy", "gpu_memset") and e.get("args", {}).get("bytes")]
@@ -585,12 +621,12 @@ def test_ops_with_a_real_floor_keep_their_roof_share(capsys):
 def test_a_latency_paced_kernel_family_gets_the_fusion_lever(monkeypatch):
     """When the family with the most time above its floor is made of kernels whose floors are latency-sized,
     the lever says so (count and mean time from the op rows) instead of a roof share and a bandwidth lever."""
-    import gaplens.analysis.floor.reading as fl
+    import gaplens.analysis.floor.roof as roof
 
     trace = load(str(DATA / "options_all.json.gz"))
     before = floor_lever(trace)
     assert before is not None and "% of the roof" in before.text
-    monkeypatch.setattr(fl, "LATENCY_FLOOR_NS", 10**9)  # every family counts as latency-paced
+    monkeypatch.setattr(roof, "LATENCY_FLOOR_NS", 10**9)  # every family counts as latency-paced
     after = floor_lever(trace)
     row = next(r for r in op_rows(trace) if r["name"] == after.family and r["dtype"] == after.dtype)
     assert "latency-bound" in after.text and "% of the roof" not in after.text

@@ -111,7 +111,8 @@ def test_roofline_plot_keeps_every_ranked_point_readable():
     """floor_calib: many GEMMs near 790 TFLOP/s share cells; every plotted family's rank still appears once."""
     import re
 
-    from gaplens.analysis.floor.reading import floors, op_rows
+    from gaplens.analysis.floor.floors import floors
+    from gaplens.analysis.floor.windows import op_rows
     from gaplens.tui.screens.roofline import MAX_POINTS, plot
 
     trace = load(str(DATA / "round3" / "floor_calib.json.gz"))

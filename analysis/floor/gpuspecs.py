@@ -12,8 +12,9 @@ host link's peak in ONE direction (data sheets quote PCIe both ways: "Gen5 x16 1
 A row is chosen by the device name the trace records and, where two rows share a name, by its
 properties (SM/CU count, memory size). A user file (``--gpu-spec FILE``, else
 ``$XDG_CONFIG_HOME/gaplens/gpus.json``, default ``~/.config/gaplens/gpus.json``) adds rows or
-replaces a built-in one with the same ``key``; its rows are tried first. Format (JSON, a list
-or {"gpus": [...]}), units as data sheets print them::
+replaces a built-in one with the same ``key``; its rows are tried first. The store reads the file
+(``gaplens.store.gpuspecs``) and hands its rows here (``use_user_rows``); this module only parses
+them. Format (JSON, a list or {"gpus": [...]}), units as data sheets print them::
 
     [{"key": "my-h100", "name": "NVIDIA H100 80GB HBM3", "match": "H100.*HBM3", "sms": 132,
       "peak_tflops": {"bf16": 989.5, "fp8": 1979, "fp32": 67, "tf32": 494.7, "fp64": 67},
@@ -22,11 +23,11 @@ or {"gpus": [...]}), units as data sheets print them::
 
 from __future__ import annotations
 
-import json
-import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from gaplens.loaders.model import Trace
 
 T = 1e12  # TFLOP/s
 G = 1e9  # GB/s
@@ -346,32 +347,41 @@ BUILTIN: tuple[GpuSpec, ...] = (
 )
 
 
-def default_spec_path() -> Path:
-    """Where a user's own rows live when ``--gpu-spec`` is not given."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "gaplens" / "gpus.json"
-
-
 class SpecError(ValueError):
     """A user spec file that cannot be used; the message names the file and the row."""
 
 
-def load_user_specs(path: str | os.PathLike | None = None) -> list[GpuSpec]:
-    """Rows of a user spec file (``path``, else the default location when it exists)."""
-    p = Path(path) if path is not None else default_spec_path()
-    if path is None and not p.is_file():
-        return []
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise SpecError(f"cannot read GPU spec file {p}: {exc}") from exc
+#: Reads the user's rows: (``--gpu-spec`` path, or None for the default location) -> rows. The store
+#: installs it (``gaplens.store.gpuspecs.load_user_specs``): reading a file is the store's, not a reading's.
+UserRows = Callable[[str | None], list["GpuSpec"]]
+_USER_ROWS: UserRows | None = None
+
+
+def use_user_rows(reader: UserRows | None) -> None:
+    """Install (or, with None, remove) where the user's GPU rows come from."""
+    global _USER_ROWS
+    _USER_ROWS = reader
+
+
+def user_specs(gpu_spec: str | None = None) -> list[GpuSpec]:
+    """The user's rows (``gpu_spec``: a file; None: the default location, when present) through the installed
+    reader; with none installed there are no user rows, and a named file is an error, never silently skipped."""
+    if _USER_ROWS is not None:
+        return _USER_ROWS(gpu_spec)
+    if gpu_spec is not None:
+        raise SpecError(f"cannot read GPU spec file {gpu_spec}: no reader installed (gaplens.store.install())")
+    return []
+
+
+def parse_user_specs(data: object, source: str) -> list[GpuSpec]:
+    """Rows of a parsed user spec file (a list, or {"gpus": [...]}); ``source`` names the file in errors."""
     rows = data.get("gpus") if isinstance(data, dict) else data
     if not isinstance(rows, list):
-        raise SpecError(f"GPU spec file {p}: expected a list of rows or {{'gpus': [...]}}")
-    return [_user_row(p, i, r) for i, r in enumerate(rows)]
+        raise SpecError(f"GPU spec file {source}: expected a list of rows or {{'gpus': [...]}}")
+    return [_user_row(source, i, r) for i, r in enumerate(rows)]
 
 
-def _user_row(p: Path, i: int, r: object) -> GpuSpec:
+def _user_row(p: str, i: int, r: object) -> GpuSpec:
     if not isinstance(r, dict) or not isinstance(r.get("name"), str):
         raise SpecError(f"GPU spec file {p}, row {i}: each row needs a 'name'")
     try:
@@ -394,7 +404,7 @@ def _user_row(p: Path, i: int, r: object) -> GpuSpec:
         mem,
         link * G,
         str(r.get("link") or ""),
-        str(r.get("source") or str(p)),
+        str(r.get("source") or p),
         str(r.get("note") or ""),
         int(r["sms"]) if r.get("sms") else None,
         mem_gb,  # type: ignore[arg-type]
@@ -454,3 +464,9 @@ def match_spec(name: str, props: dict | None = None, user: list[GpuSpec] | None 
             [s.key for s in named],
         )
     return Match(device, name, fits[0], "", [s.key for s in fits])
+
+
+def gpu_matches(trace: Trace, gpu_spec: str | None = None) -> dict[int, Match]:
+    """The spec row per device (``gpu_spec``: a user file; else the default location when present)."""
+    user = user_specs(gpu_spec)
+    return {d.id: match_spec(d.name, d.properties, user, d.id) for d in trace.meta.devices}

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from gaplens.analysis.floor.opsize import DTYPES, UNKNOWN_TYPE, OpSize, has_formula, size_op
+from gaplens.analysis.floor.opargs import DTYPES, UNKNOWN_TYPE, OpSize
+from gaplens.analysis.floor.opsize import has_formula, size_op
 from gaplens.analysis.memo import per_trace
 from gaplens.loaders.files import Source
 from gaplens.loaders.model import Kind, Trace

@@ -6,8 +6,9 @@ experiment goes to the *cause group* holding the most on-path blank time in stea
 
 1. Steady steps come from the one step owner (``analysis.steps``), warm-up steps set apart; a gap
    belongs to the step that launched the op ending it (the host was late there). Without steps,
-   the whole GPU window. A one-off first-call launch (a launch call of ``calls.FIRST_CALL_MIN_NS`` or
-   more, the first launch of its kernel: the runtime loading a module) is warm-up wherever it lies.
+   the whole GPU window. A one-off module load (``calls.module_load_regions``: a first launch of
+   ``calls.FIRST_CALL_MIN_NS`` or more, or the driver's module-load calls before a launch) is warm-up
+   wherever it lies, as it is never THE gap.
 2. On-path blank time per cause in those steps (``analysis.gaps.gap_columns``), summed over
    devices; the largest group wins, printed with its share, the steps it appears in and the smell
    rollup that matches it ("launch picket fence in 32 of 32 decode_step"); what-if's predicted
@@ -16,7 +17,7 @@ experiment goes to the *cause group* holding the most on-path blank time in stea
    copy lever, naming direction and memory kind. When on-path blank time is under
    ``DEVICE_PACED_BLANK_SHARE`` of the steady time, or compute fills ``KERNEL_BOUND_PCT``, the
    device paces the work: the waits between queued ops (``dependency``) when they outweigh the
-   host's, else the kernels against their hardware floor (``analysis.floor.reading``'s op family when its
+   host's, else the kernels against their hardware floor (``analysis.floor.lever``'s op family when its
    excess is worth naming).
 4. The lever is fitted to the trace (``analysis.levers``): never what the trace already does.
 
@@ -30,7 +31,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gaplens.analysis.busy import busy_share, gpu_window, span_busy_ns
-from gaplens.analysis.calls import first_calls
 from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.lever_changes import NO_MODEL, quotes
 from gaplens.analysis.levers import fitted_lever, graph_lever
@@ -142,11 +142,6 @@ def gap_steps(trace: Trace, cols: GapColumns, st: Steps) -> np.ndarray:
     return out
 
 
-def first_call_warmup(trace: Trace, cols: GapColumns) -> np.ndarray:
-    """Gaps ended by an op whose launch was a first-call module load (``first_calls``)."""
-    return first_calls(trace, cols.next_op)
-
-
 def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Whether each time in ``t`` lies in one of the sorted, disjoint intervals."""
     k = np.searchsorted(starts, t, "right") - 1
@@ -185,7 +180,11 @@ def _copy_alone_ns(trace: Trace, spans: list[tuple[int, int]]) -> tuple[int, lis
 
 @per_trace
 def experiment(trace: Trace) -> Experiment:
-    """The one experiment for this trace (see module docstring); cached per trace."""
+    """The one experiment for this trace (see module docstring); cached per trace.
+
+    Kept whole (over 80 lines): one decision ladder read top to bottom, each return one kind of experiment
+    (no GPU work, better trace, copy-bound, dependency, device-paced, then the largest on-path cause).
+    """
     if not busy_share(trace).busy_ns:
         return Experiment(NO_GPU, "", "none")
     st = steps(trace)
@@ -193,7 +192,7 @@ def experiment(trace: Trace) -> Experiment:
     cols = gap_columns(trace)
     dur = cols.end_ns - cols.start_ns
     the = cols.the_index()
-    first_call = first_call_warmup(trace, cols) & cols.on_path
+    first_call = cols.warmup & cols.on_path
     on = cols.on_path & ~first_call
     k = gap_steps(trace, cols, st)
     if st:
@@ -376,7 +375,7 @@ def _device(trace: Trace, why: str, total: int, spans: list[tuple[int, int]], fa
     named: a few microseconds above the floor is not where a device-paced step's time goes.
     """
     try:
-        from gaplens.analysis.floor.reading import floor_lever
+        from gaplens.analysis.floor.lever import floor_lever
     except ImportError:  # the floor reading is optional
         return Experiment(KERNEL_LEVER, why, "device", 0, total, None, facts)
     t0, t1 = min(a for a, _ in spans), max(b for _, b in spans)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gaplens.analysis.floor.gpuspecs import DTYPES, SpecError, default_spec_path
-from gaplens.analysis.floor.reading import floor_json, latency_paced, per_second
+from gaplens.analysis.floor.gpuspecs import DTYPES, SpecError
+from gaplens.analysis.floor.reading import floor_json
+from gaplens.analysis.floor.roof import latency_paced, per_second
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, TraceError
 from gaplens.loaders.text import clean_text
+from gaplens.store.gpuspecs import default_spec_path
 from gaplens.tui.commands.common import load_trace, print_json
 from gaplens.tui.commands.fit import short_name
 

@@ -9,8 +9,8 @@
 Each point is one op family (name and dtype) with FLOPs; its glyph grows with its share of the
 sized time (· • ●) and carries its rank in the table below. Memory-only families (no FLOPs:
 elementwise, norms, copies) have no intensity and sit in the table only. Enter on a row: the
-family's longest instance on the timeline. Numbers come from ``analysis.floor.reading``, the ones
-``gaplens floor`` prints.
+family's longest instance on the timeline. Numbers come from ``analysis.floor`` (``floors``,
+``windows``), the ones ``gaplens floor`` prints.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from gaplens.analysis.floor.floors import floors
 from gaplens.analysis.floor.gpuspecs import DTYPES, GpuSpec
-from gaplens.analysis.floor.reading import floors, intensity, op_rows, per_second
+from gaplens.analysis.floor.roof import intensity, per_second
+from gaplens.analysis.floor.windows import op_rows
 from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.screens.tables import cell, fill
