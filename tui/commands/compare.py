@@ -69,9 +69,22 @@ def _num(v, digits: int = 0) -> str:
 
 
 def render_text(r: dict) -> str:
+    """``compare``'s text: the side-by-side figures, the largest blank region, phases, blank time by cause,
+    the verdict and the gate."""
     b, a = r["before"], r["after"]
     lines = [f"before  {b['path']}", f"after   {a['path']}", ""]
-    lines.append(_row("", "before", "after", "change"))
+    lines += _figure_lines(r) + _gap_lines(r["gap"]) + _phase_lines(r["phases"]) + _cause_lines(r)
+    lines += ["", f"verdict: {r['verdict']}"]
+    lines += [f"warning: {w}" for w in r["warnings"]]
+    if "gate" in r:
+        lines.append("")
+        lines += [_gate_line(c) for c in r["gate"]["conditions"]]
+    return "\n".join(lines)
+
+
+def _figure_lines(r: dict) -> list[str]:
+    b, a = r["before"], r["after"]
+    lines = [_row("", "before", "after", "change")]
     busy = r["busy_pct"]
     lines.append(
         _row(
@@ -103,9 +116,11 @@ def render_text(r: dict) -> str:
             _pct_change(bps),
         )
     )
+    return lines
 
-    g = r["gap"]
-    lines += ["", "largest blank region on the critical path"]
+
+def _gap_lines(g: dict) -> list[str]:
+    lines = ["", "largest blank region on the critical path"]
     for side, gap in (("before", g["before"]), ("after", g["after"])):
         if gap is None:
             lines.append(f"  {side:<7} none")
@@ -125,13 +140,16 @@ def render_text(r: dict) -> str:
         per = g.get("blank_per_occurrence_ns")
         if per:
             lines.append(_row(f"blank per {g['where']}", fmt_ns(per[0]), fmt_ns(per[1]), ""))
+    return lines
 
-    lines += [
+
+def _phase_lines(phases: list[dict]) -> list[str]:
+    lines = [
         "",
         "phases (matched by family: decode_step 7 is decode_step; warm-up steps and what ran in them set apart)",
     ]
     lines.append(f"  {'phase':<30} {'busy before':>12} {'busy after':>12} {'span before':>12} {'span after':>12}")
-    for p in r["phases"]:
+    for p in phases:
         pb, pa = p["busy_pct"], p["dur_ns"]
         n0, n1 = p["count"]
         name = p["name"][:24] + (f" ×{max(n0, n1)}" if max(n0, n1) > 1 else "")
@@ -139,6 +157,14 @@ def render_text(r: dict) -> str:
             f"  {name:<30} {_opt_pct(pb['before']):>12} {_opt_pct(pb['after']):>12} "
             f"{_ns(pa['before']):>12} {_ns(pa['after']):>12}"
         )
+    return lines
+
+
+def _cause_lines(r: dict) -> list[str]:
+    """Blank time on the critical path by cause, when both sides were read in the same scope."""
+    b, a = r["before"], r["after"]
+    label = r["step_label"] or "step"
+    lines: list[str] = []
     causes = sorted(set(b["blank_by_cause"]) | set(a["blank_by_cause"]))
     same_steps = b["blank_scope"] != "per step" or (b["steps"] or {}).get("label") == (a["steps"] or {}).get("label")
     if causes and b["blank_scope"] == a["blank_scope"] and same_steps:
@@ -147,12 +173,7 @@ def render_text(r: dict) -> str:
         for c in causes:
             nb, na = b["blank_by_cause"].get(c, 0), a["blank_by_cause"].get(c, 0)
             lines.append(_row(c, fmt_ns(nb), fmt_ns(na), fmt_ns(na - nb) if na != nb else ""))
-    lines += ["", f"verdict: {r['verdict']}"]
-    lines += [f"warning: {w}" for w in r["warnings"]]
-    if "gate" in r:
-        lines.append("")
-        lines += [_gate_line(c) for c in r["gate"]["conditions"]]
-    return "\n".join(lines)
+    return lines
 
 
 def _gate_value(v, unit: str) -> str:

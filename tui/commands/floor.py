@@ -83,12 +83,22 @@ def gpu_lines(gpu: dict | None) -> list[str]:
 
 
 def render_text(trace: Trace, data: dict) -> str:
+    """``floor``'s text: the GPU, the totals, the step, the lever, then the phase, op and copy tables."""
     lines = gpu_lines(data["gpu"])
     lines.append("")
-    tot = data["total"]
     if data["notes"]:
         lines += [f"note: {n}" for n in data["notes"]]
         lines.append("")
+    lines += _total_lines(data["total"]) + _step_lines(data.get("step"))
+    lever = data.get("lever")
+    if lever:
+        lines.append(f"lever ({lever['window']}): {clean_text(lever['text'])}")
+    lines += _phase_lines(data["phases"]) + _op_lines(data["ops"]) + _copy_lines(data["copies"])
+    return "\n".join(lines)
+
+
+def _total_lines(tot: dict) -> list[str]:
+    lines: list[str] = []
     sized = tot["time_ns"] - tot["unsized_ns"]
     if sized > 0 and latency_paced(tot["floor_ns"], tot["sized_count"]):
         lines.append(
@@ -111,7 +121,11 @@ def render_text(trace: Trace, data: dict) -> str:
                 f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])} ({e['bound']})" for e in tot["excess"]
             )
         )
-    st = data.get("step")
+    return lines
+
+
+def _step_lines(st: dict | None) -> list[str]:
+    lines: list[str] = []
     if st and st["efficiency"] is not None and latency_paced(st["median_floor_ns"], st["median_sized_count"]):
         lines.append(
             f"step {clean_text(st['label'])} ×{st['count']} ({st['steady']} steady, {fmt_ns(st['median_ns'])} each): "
@@ -130,17 +144,19 @@ def render_text(trace: Trace, data: dict) -> str:
             f"{st['bound'] or '—'}-bound)"
             + (f"; above the floor over the {st['steady']} steady steps: {ex}" if ex else "")
         )
-    lever = data.get("lever")
-    if lever:
-        lines.append(f"lever ({lever['window']}): {clean_text(lever['text'])}")
-    if data["phases"]:
+    return lines
+
+
+def _phase_lines(phases: list[dict]) -> list[str]:
+    lines: list[str] = []
+    if phases:
         lines += [
             "",
             "phases (GPU ops launched inside each phase, by the launch call's time on the host)",
             f"  {'phase':<28} {'ops':>6} {'measured':>10} {'floor':>10} {'roof':>5} {'bound':<8} "
             f"{'unsized':>10}  above the floor",
         ]
-        for p in data["phases"][:MAX_PHASES]:
+        for p in phases[:MAX_PHASES]:
             ex = ", ".join(f"{short_name(e['name'], NAME_IN_LINE)} {fmt_ns(e['excess_ns'])}" for e in p["excess"])
             times = f" ×{p['instances']}" if p["instances"] > 1 else ""
             name = short_name(p["name"], 28 - len(times)) + times
@@ -149,15 +165,20 @@ def render_text(trace: Trace, data: dict) -> str:
                 f"{fmt_ns(p['floor_ns']):>10} {_pct(p['efficiency']):>5} {p['bound'] or '—':<8} "
                 f"{fmt_ns(p['unsized_ns']):>10}  {ex}"
             )
-        if len(data["phases"]) > MAX_PHASES:
-            lines.append(f"  … {len(data['phases']) - MAX_PHASES} more (--json)")
+        if len(phases) > MAX_PHASES:
+            lines.append(f"  … {len(phases) - MAX_PHASES} more (--json)")
+    return lines
+
+
+def _op_lines(ops: list[dict]) -> list[str]:
+    lines: list[str] = []
     lines += [
         "",
         "ops (totals over instances; roof = floor / measured)",
         f"  {'op':<34} {'dtype':<5} {'calls':>6} {'measured':>10} {'floor':>10} {'roof':>5} {'bound':<8} "
         f"{'TFLOP/s':>8} {'GB/s':>8}  shape",
     ]
-    for r in data["ops"][:MAX_OPS]:
+    for r in ops[:MAX_OPS]:
         sized_ns = r["time_ns"] - r["unsized_ns"]
         tflops = per_second(r["flops"], sized_ns or r["time_ns"])
         gbs = per_second(r["bytes"], sized_ns)
@@ -167,11 +188,16 @@ def render_text(trace: Trace, data: dict) -> str:
             f"{floor:>10} {_pct(r['efficiency']):>5} {r['bound'] or '—':<8} {_rate(tflops, 1e12, ''):>8} "
             f"{_rate(gbs, 1e9, ''):>8}  {short_name(r['shape'], 40)}"
         )
-    if len(data["ops"]) > MAX_OPS:
-        lines.append(f"  … {len(data['ops']) - MAX_OPS} more (--json)")
-    if data["copies"]:
+    if len(ops) > MAX_OPS:
+        lines.append(f"  … {len(ops) - MAX_OPS} more (--json)")
+    return lines
+
+
+def _copy_lines(copies: list[dict]) -> list[str]:
+    lines: list[str] = []
+    if copies:
         lines += ["", "host↔device copies against the link"]
-        for c in data["copies"]:
+        for c in copies:
             rate = _rate(c["bytes_per_s"], 1e9, "GB/s")
             link = _rate(c["link_bytes_per_s"], 1e9, "GB/s")
             against = f"of {link}" if c["link_bytes_per_s"] else "; no link peak for this GPU"
@@ -183,4 +209,4 @@ def render_text(trace: Trace, data: dict) -> str:
             )
             if c["note"]:
                 lines.append(f"    {c['note']}")
-    return "\n".join(lines)
+    return lines
