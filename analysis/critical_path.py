@@ -172,7 +172,10 @@ def build_graph(trace: Trace) -> Graph:
     g, prev, prev_end = _stream_order(trace, ops)
     cls = api_class(trace)
     a, ok_launch, launch_t = _launch_times(trace, cls, g)
-    calls = np.unique(a[ok_launch])  # the calls that launched ops, sorted and once each
+    launched = np.zeros(n, dtype=bool)  # the calls that launched ops, sorted and once each (np.unique sorts)
+    launched[a[ok_launch]] = True
+    calls = np.flatnonzero(launched)
+    del launched
     p, et = _bindings(trace, ops, g, prev, prev_end, a, ok_launch, launch_t)
     del prev, prev_end, a, ok_launch, launch_t
     pred[g] = p

@@ -8,6 +8,7 @@ top of the ones before (they share work through ``analysis.memo``):
 - **blank regions**: every region with its cause, shares and critical-path flag (columns);
 - **phases** and **steps**: the user's ranges timed on the GPU, and the step owner;
 - **smells**: the four smells with their evidence and levers;
+- **floor**: each GPU op against the hardware floor (``analysis.floor``; from record_shapes' sizes);
 - **summary**: busy / compute / communication / copies per device, top kernels and calls.
 
 Two samples: ``decode_eager`` (the H200 recording bundled in ``samples/``; many short kernels,
@@ -41,6 +42,7 @@ def readings(trace: Trace) -> dict[str, float]:
     """Each reading's own seconds from a cold memo, in the order the screens ask for them."""
     from gaplens.analysis import memo
     from gaplens.analysis.critical_path import critical_path
+    from gaplens.analysis.floor.reading import floors
     from gaplens.analysis.gaps import gap_columns
     from gaplens.analysis.phases import phases
     from gaplens.analysis.smells import smells
@@ -54,6 +56,7 @@ def readings(trace: Trace) -> dict[str, float]:
         ("phases", phases),
         ("steps", steps),
         ("smells", smells),
+        ("floor", floors),
         ("summary", summary),
     )
     out = {}
