@@ -77,13 +77,24 @@ class Graph:
     """Each node's last-arriving predecessor, computed once per trace."""
 
     n: int
-    pred: np.ndarray  # (2n,) node -> predecessor node, -1 at a source
+    pred: np.ndarray  # (2n,) node -> predecessor node, -1 at a source (int32 while 2n fits)
     edge: np.ndarray  # (2n,) int8 edge type into the node
-    node_t: np.ndarray  # (2n,) time of the node (end of event / start of call)
     gpu: np.ndarray  # indices of GPU work events
     binding: np.ndarray  # (n,) for GPU ops: edge type that set their start (else -1)
     blocking: np.ndarray  # API calls whose end waited on a GPU op
     awaited: np.ndarray  # for each blocking call, the GPU op it waited on
+
+
+def node_time(trace: Trace, nodes: np.ndarray) -> np.ndarray:
+    """Time of each node: node i < n is event i's end, node n + i the start of call i.
+
+    Computed for the nodes asked, not kept as a (2n,) column: the graph is kept for the trace's
+    life (and pickled with its readings), and that column was a third of it.
+    """
+    n = len(trace)
+    nodes = np.asarray(nodes, dtype=np.int64)
+    entry = nodes >= n
+    return np.where(entry, trace.start_ns[np.where(entry, nodes - n, 0)], trace.end_ns[np.where(entry, 0, nodes)])
 
 
 @dataclass
@@ -154,62 +165,28 @@ def build_graph(trace: Trace) -> Graph:
     """
     n = len(trace)
     start, end = trace.start_ns, trace.end_ns
-    pred = np.full(2 * n, -1, dtype=np.int64)
+    pred = np.full(2 * n, -1, dtype=np.int32 if 2 * n < 1 << 31 else np.int64)
     edge = np.zeros(2 * n, dtype=np.int8)
-    node_t = np.concatenate((end, start))
     binding = np.full(n, -1, dtype=np.int8)
     ops = gpu_work(trace)
     if ops.size == 0:
-        return Graph(n, pred, edge, node_t, ops, binding, np.empty(0, np.int64), np.empty(0, np.int64))
+        return Graph(n, pred, edge, ops, binding, np.empty(0, np.int64), np.empty(0, np.int64))
 
-    # ---- stream order: previous op on the lane that finished last ------------------
-    order = np.lexsort((start[ops], trace.lane[ops]))
-    g = ops[order]
-    lane = trace.lane[g].astype(np.int64)
-    e = end[g]
-    new_lane = np.empty(g.size, dtype=bool)
-    new_lane[0] = True
-    new_lane[1:] = lane[1:] != lane[:-1]
-    rank = np.cumsum(new_lane) - 1
-    span = int(e.max()) - int(e.min()) + 1
-    shifted = (e - int(e.min())) + rank * span  # keeps a running max from crossing lanes
-    reach = np.maximum.accumulate(shifted)
-    pos = np.maximum.accumulate(np.where(shifted == reach, np.arange(g.size), -1))
-    prev_pos = np.concatenate(([-1], pos[:-1]))
-    prev_pos[new_lane] = -1
-    prev = np.where(prev_pos >= 0, g[np.maximum(prev_pos, 0)], -1)
-    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
-
-    # ---- launch: the call's end (never later than the op's start) ------------------
-    # Copy and sync calls enqueue on entry and then block, so their work arrives at the
-    # call's start; a launch call hands its op over when it returns.
+    # Each step in a function of its own, so that its temporaries (op-sized columns, a dozen at once)
+    # are gone before the next: this is the peak of a cold summary's readings.
+    g, prev, prev_end = _stream_order(trace, ops)
     cls = api_class(trace)
-    a = trace.launch[g]
-    a0 = np.maximum(a, 0)
-    ok_launch = (a >= 0) & (start[a0] <= start[g])
-    arrive = np.where(cls[a0] >= Call.COPY, start[a0], np.minimum(end[a0], start[g]))
-    launch_t = np.where(ok_launch, arrive, np.iinfo(np.int64).min)
-
-    # ---- cross-stream event waits -----------------------------------------------
-    wait_src = np.full(g.size, -1, dtype=np.int64)
-    dst, src = latest_event_waits(trace, ops)
-    if dst.size:
-        pos = np.empty(n, dtype=np.int64)
-        pos[g] = np.arange(g.size)
-        wait_src[pos[dst]] = src
-    infer_waits(trace, g, np.maximum(prev_end, launch_t), wait_src)
-    wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
-
-    use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
-    use_launch = ~use_stream & ok_launch
-    use_wait = (wait_src >= 0) & (wait_t > np.maximum(prev_end, launch_t))
-    p = np.where(use_stream, prev, np.where(use_launch, a + n, -1))
-    et = np.where(use_stream, Edge.STREAM, np.where(use_launch, Edge.LAUNCH, Edge.SOURCE)).astype(np.int8)
-    p = np.where(use_wait, wait_src, p)
-    et = np.where(use_wait, Edge.WAIT, et).astype(np.int8)
+    a, ok_launch, launch_t = _launch_times(trace, cls, g)
+    launched = np.zeros(n, dtype=bool)  # the calls that launched ops, sorted and once each (np.unique sorts)
+    launched[a[ok_launch]] = True
+    calls = np.flatnonzero(launched)
+    del launched
+    p, et = _bindings(trace, ops, g, prev, prev_end, a, ok_launch, launch_t)
+    del prev, prev_end, a, ok_launch, launch_t
     pred[g] = p
     edge[g] = et
     binding[g] = et
+    del g, p, et
 
     # ---- sync: blocking calls end when the op they waited on ends -----------------
     blocking, awaited = _blocking_calls(trace, cls, ops, binding)
@@ -219,9 +196,6 @@ def build_graph(trace: Trace) -> Graph:
     # ---- host program order: entry of a launch call <- latest blocking exit before it, on its
     # own thread; a thread that never blocked (autograd's, DDP's) was set going by its process's
     # other threads, so their latest blocking exit stands in (the cross-thread hand-off is not traced).
-    launched = np.zeros(n, dtype=bool)  # the calls that launched ops, sorted and once each (np.unique sorts)
-    launched[a[ok_launch]] = True
-    calls = np.flatnonzero(launched)
     if calls.size and blocking.size:
         k = _latest_before(trace.lane[blocking], end[blocking], trace.lane[calls], start[calls])
         lane_pid = np.asarray([ln.pid for ln in trace.lanes], dtype=np.int64)
@@ -232,7 +206,86 @@ def build_graph(trace: Trace) -> Graph:
         has = k >= 0
         pred[n + calls[has]] = blocking[k[has]]
         edge[n + calls[has]] = Edge.HOST
-    return Graph(n, pred, edge, node_t, ops, binding, blocking, awaited)
+    return Graph(n, pred, edge, ops, binding, blocking, awaited)
+
+
+def _stream_order(trace: Trace, ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the ops in (lane, start) order, the previous op on the lane that finished last, its end)."""
+    start, end = trace.start_ns, trace.end_ns
+    order = np.lexsort((start[ops], trace.lane[ops]))
+    g = ops[order]
+    del order
+    lane = trace.lane[g].astype(np.int64)
+    e = end[g]
+    new_lane = np.empty(g.size, dtype=bool)
+    new_lane[0] = True
+    new_lane[1:] = lane[1:] != lane[:-1]
+    del lane
+    rank = np.cumsum(new_lane) - 1
+    span = int(e.max()) - int(e.min()) + 1
+    shifted = (e - int(e.min())) + rank * span  # keeps a running max from crossing lanes
+    del rank, e
+    reach = np.maximum.accumulate(shifted)
+    pos = np.maximum.accumulate(np.where(shifted == reach, np.arange(g.size), -1))
+    del shifted, reach
+    prev_pos = np.concatenate(([-1], pos[:-1]))
+    del pos
+    prev_pos[new_lane] = -1
+    prev = np.where(prev_pos >= 0, g[np.maximum(prev_pos, 0)], -1)
+    del prev_pos
+    prev_end = np.where(prev >= 0, end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
+    return g, prev, prev_end
+
+
+def _launch_times(trace: Trace, cls: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(each op's launch call, whether it is usable, when the call handed the op over).
+
+    Copy and sync calls enqueue on entry and then block, so their work arrives at the
+    call's start; a launch call hands its op over when it returns (never later than the op's start).
+    """
+    start, end = trace.start_ns, trace.end_ns
+    a = trace.launch[g]
+    a0 = np.maximum(a, 0)
+    ok_launch = (a >= 0) & (start[a0] <= start[g])
+    arrive = np.where(cls[a0] >= Call.COPY, start[a0], np.minimum(end[a0], start[g]))
+    del a0
+    launch_t = np.where(ok_launch, arrive, np.iinfo(np.int64).min)
+    return a, ok_launch, launch_t
+
+
+def _bindings(
+    trace: Trace,
+    ops: np.ndarray,
+    g: np.ndarray,
+    prev: np.ndarray,
+    prev_end: np.ndarray,
+    a: np.ndarray,
+    ok_launch: np.ndarray,
+    launch_t: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(predecessor node, edge type) of each op in ``g``: its stream, its launch or a cross-stream wait."""
+    n, end = len(trace), trace.end_ns
+    wait_src = np.full(g.size, -1, dtype=np.int64)
+    dst, src = latest_event_waits(trace, ops)
+    if dst.size:
+        pos = np.empty(n, dtype=np.int64)
+        pos[g] = np.arange(g.size)
+        wait_src[pos[dst]] = src
+        del pos
+    known_t = np.maximum(prev_end, launch_t)
+    infer_waits(trace, g, known_t, wait_src)
+    wait_t = np.where(wait_src >= 0, end[np.maximum(wait_src, 0)], np.iinfo(np.int64).min)
+
+    use_stream = (prev >= 0) & (prev_end >= launch_t)  # ties: the device set the pace
+    use_launch = ~use_stream & ok_launch
+    use_wait = (wait_src >= 0) & (wait_t > known_t)
+    del wait_t, known_t
+    p = np.where(use_stream, prev, np.where(use_launch, a + n, -1))
+    et = np.where(use_stream, Edge.STREAM, np.where(use_launch, Edge.LAUNCH, Edge.SOURCE)).astype(np.int8)
+    del use_stream, use_launch
+    p = np.where(use_wait, wait_src, p)
+    et = np.where(use_wait, Edge.WAIT, et).astype(np.int8)
+    return p, et
 
 
 def infer_waits(trace: Trace, g: np.ndarray, known_t: np.ndarray, wait_src: np.ndarray) -> None:
@@ -352,20 +405,20 @@ def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> Critic
     if trace.end_ns[sink] < w1 and later.size:
         # The window ends in a blank region: follow the chain into the op that ends it.
         sink = int(later[np.argmin(trace.start_ns[later])])
-    nodes = _walk(gr, sink, w0)
+    nodes = _walk(trace, gr, sink, w0)
     return _segments(trace, gr, nodes, w0, w1)
 
 
-def _walk(gr: Graph, sink: int, w0: int) -> np.ndarray:
+def _walk(trace: Trace, gr: Graph, sink: int, w0: int) -> np.ndarray:
     # Item by item: a path is thousands of nodes, the graph millions (tolist() cost 0.3 s at 1M events).
     pred = gr.pred
-    node_t = gr.node_t
+    n, start, end = gr.n, trace.start_ns, trace.end_ns
     out = []
     v = sink
     limit = pred.size + 1  # guards against a cycle from clock skew
     while v >= 0 and limit:
         out.append(v)
-        if node_t.item(v) <= w0:
+        if (end.item(v) if v < n else start.item(v - n)) <= w0:
             break
         v = pred.item(v)
         limit -= 1
@@ -392,7 +445,7 @@ def _segments(trace: Trace, gr: Graph, nodes: np.ndarray, w0: int, w1: int) -> C
         parts_ev.append(event[mask])
 
     uu = np.maximum(u, 0)
-    u_t = gr.node_t[uu]
+    u_t = node_time(trace, uu)
     op_s, op_e = start[ev], end[ev]
     # Every GPU op on the path ran on the device.
     add(is_gpu, op_s, op_e, Seg.DEVICE, ev)

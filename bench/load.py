@@ -29,7 +29,12 @@ For each, in one run:
   are kept with the cache entry (``store.readings``), and the same reopen with them
   recomputed (``GAPLENS_READINGS_CACHE=0``, as before they were kept) is printed beside it.
 
-Targets (issues 11, 23): load <= 0.5 x floor (wall), <= 200 B/event, 0 slow-path events, reopen
+- **cold summary**: ``gaplens summary`` through the CLI in a fresh interpreter with an empty
+  cache: its wall time against the floor, and the whole process's peak (parse, columns, names
+  and the readings on top), the figure the memory targets are set on.
+
+Targets (``bench.targets``; issues 11, 23, 31): load and cold summary <= 0.5 x floor (wall), the
+cold summary's peak <= 200 B/event at 1M events and <= 120 at 5M, 0 slow-path events, reopen
 <= 0.5 s per 1M events. The box is shared: the ratios, measured in the same run, are
 what to compare; the load average is printed with the numbers.
 """
@@ -51,6 +56,16 @@ from pathlib import Path
 from types import ModuleType
 
 from bench.children import child_env
+from bench.targets import (
+    LOAD_OVER_FLOOR,
+    REOPEN_S_PER_1M,
+    Figure,
+    at_most,
+    load_average,
+    peak_met,
+    peak_target,
+    print_figures,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -94,6 +109,20 @@ print(json.dumps({"s": elapsed, "cpu": cpu, "loaded": len(trace), "events": stat
 """
 )
 
+# A cold `gaplens summary` as a user runs it (the CLI, an empty cache): its wall time and the whole
+# process's peak, the figure the memory targets are set on (the readings come on top of the load).
+_SUMMARY_CHILD = (
+    _PEAK
+    + r"""
+import contextlib, io, json, sys, time
+t0 = time.perf_counter()
+from gaplens.tui.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    code = main(["summary", sys.argv[1]])
+print(json.dumps({"s": time.perf_counter() - t0, "code": code, "peak": peak_rss()}))
+"""
+)
+
 _REOPEN_CHILD = r"""
 import json, sys, time
 from gaplens import store
@@ -121,7 +150,7 @@ _CACHE = {"dir": ""}  # where the children keep reopen entries, apart from the u
 
 def _run_child(code: str, path: str, **extra_env: str) -> dict:
     """Run ``code`` in a fresh interpreter: its last line of output, as JSON."""
-    env = child_env(GAPLENS_CACHE_DIR=_CACHE["dir"], **extra_env)
+    env = child_env(**{"GAPLENS_CACHE_DIR": _CACHE["dir"], **extra_env})
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.run([sys.executable, "-c", code, path], stdout=out, stderr=err, env=env, cwd=ROOT)
         out.seek(0)
@@ -197,8 +226,18 @@ def _warm_memory(size: int) -> None:
     _run_child(code, "")
 
 
+def _cold_summary(path: str) -> dict:
+    """One cold `gaplens summary` in a fresh interpreter with a cache of its own, emptied after."""
+    cache = tempfile.mkdtemp(prefix="gaplens-bench-summary-")
+    try:
+        return _run_child(_SUMMARY_CHILD, path, GAPLENS_CACHE_DIR=cache)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
     runs = [_run_child(_LOAD_CHILD, path) for _ in range(repeats)]
+    summaries = [_cold_summary(path) for _ in range(repeats)]
     result = min(runs, key=lambda r: r["s"])
     load_cpu = min(r["cpu"] for r in runs)
     peak = max(r["peak"] for r in runs)
@@ -241,6 +280,12 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
         "reopen_parts_s": reopen,
         "reopen_recomputed_s": recomputed["s"],
         "blocks": {"layout": result["layout"], "structure": result["structure"], "rewinds": result["rewinds"]},
+        "summary_s": min(r["s"] for r in summaries),
+        "summary_peak_bytes": max(r["peak"] for r in summaries),
+        "summary_bytes_per_event": max(r["peak"] for r in summaries) / result["events"],
+        "summary_bytes_per_kept_event": max(r["peak"] for r in summaries) / result["loaded"],
+        "kept_events": result["loaded"],
+        "load_average": load_average(),
     }
     print(
         f"{label:<28} {row['events']:>10,} {row['json_mb']:>7.0f} {row['load_s']:>7.2f} {floor:>7.2f} "
@@ -259,12 +304,62 @@ def bench_one(label: str, path: str, events: int, repeats: int) -> dict:
         f"{'':<28} with the loader's inflater ({inflate.__name__}) in the floor too: gunzip {gunzip_ng:.2f}s, "
         f"ratio {row['ratio_zlib_ng_floor']:.2f}"
     )
+    print(
+        f"{'':<28} cold `gaplens summary` (fresh interpreter, empty cache): {row['summary_s']:.2f}s "
+        f"= {row['summary_s'] / floor:.2f}x the floor; peak {row['summary_peak_bytes'] / 2**20:.0f} MiB = "
+        f"{row['summary_bytes_per_event']:.0f} B/event ({row['summary_bytes_per_kept_event']:.0f} per kept event, "
+        f"{row['kept_events']:,} kept)"
+    )
     idle = f"on 2 idle cores >= {load_cpu / 2:.2f}s"
     print(
         f"{'':<28} CPU ratio {row['cpu_ratio']:.2f}: load CPU {load_cpu:.2f}s over all threads vs floor CPU "
         f"{floor_cpu:.2f}s (gunzip {gunzip_cpu:.2f}s + {fastest} {parsers_cpu[fastest]:.2f}s); {idle}"
     )
     return row
+
+
+def figures(row: dict) -> list[Figure]:
+    """The row's figures against their targets (``bench.targets``)."""
+    label, events, floor = row["trace"], row["events"], row["floor_s"]
+    peak_goal = peak_target(events)
+    base = f"floor {floor:.2f} s (gunzip + parse)"
+    load = row["load_average"]
+    reopen = row["reopen_per_1m_s"]
+    return [
+        Figure(
+            f"{label}: cold load",
+            f"{row['ratio']:.2f}x ({row['load_s']:.2f} s)",
+            f"<= {LOAD_OVER_FLOOR}x floor",
+            base,
+            at_most(row["ratio"], LOAD_OVER_FLOOR),
+            load,
+        ),
+        Figure(
+            f"{label}: cold summary",
+            f"{row['summary_s'] / floor:.2f}x ({row['summary_s']:.2f} s)",
+            f"<= {LOAD_OVER_FLOOR}x floor",
+            base,
+            at_most(row["summary_s"] / floor, LOAD_OVER_FLOOR),
+            load,
+        ),
+        Figure(
+            f"{label}: cold summary peak",
+            f"{row['summary_bytes_per_event']:.0f} B/event ({row['summary_peak_bytes'] / 2**20:.0f} MiB)",
+            f"<= {peak_goal} B/event",
+            f"JSON {row['json_mb'] * 1e6 / events:.0f} B/event ({row['json_mb']:.0f} MB)",
+            peak_met(row["summary_bytes_per_event"], events),
+            load,
+        ),
+        Figure(f"{label}: slow-path events", f"{row['slow_events']}", "0", "-", row["slow_events"] == 0, load),
+        Figure(
+            f"{label}: reopen",
+            f"{reopen:.2f} s/1M",
+            f"<= {REOPEN_S_PER_1M} s/1M",
+            f"gunzip {row['gunzip_s'] * 1e6 / events:.2f} s/1M",
+            at_most(reopen, REOPEN_S_PER_1M),
+            load,
+        ),
+    ]
 
 
 def run(args) -> None:
@@ -286,7 +381,11 @@ def run(args) -> None:
     _CACHE["dir"] = tempfile.mkdtemp(prefix="gaplens-bench-cache-")
     _warm_memory(min(8 << 30, 2 * max(Path(p).stat().st_size for _, p, _ in targets) * 12))
     load_avg = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print("targets: load <= 0.5x floor, <= 200 B/event (whole process), 0 slow-path events, reopen <= 0.5 s/1M events")
+    print(
+        f"targets: load and cold summary <= {LOAD_OVER_FLOOR}x floor, cold summary peak <= {peak_target(1)} "
+        f"B/event at 1M (<= {peak_target(10**9)} at 5M; whole process), 0 slow-path events, reopen <= "
+        f"{REOPEN_S_PER_1M} s/1M events"
+    )
     print(f"load average before: {load_avg} ({os.cpu_count()} cores)")
     print(
         f"{'trace':<28} {'events':>10} {'JSON MB':>7} {'load s':>7} {'floor s':>7} {'ratio':>6} {'cpu x':>6} "
@@ -294,6 +393,7 @@ def run(args) -> None:
     )
     rows = [bench_one(label, path, n, repeats) for label, path, n in targets]
     print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print_figures("load", [f for row in rows for f in figures(row)])
     shutil.rmtree(_CACHE["dir"], ignore_errors=True)
     if os.environ.get("GAPLENS_BENCH_JSON"):
         Path(os.environ["GAPLENS_BENCH_JSON"]).write_text(json.dumps(rows, indent=2))

@@ -27,7 +27,7 @@ import platform
 import re
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -141,7 +141,7 @@ _SCALARS = frozenset({int, str, float, bool, type(None)})
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, fh: io.BytesIO, trace: Trace) -> None:
+    def __init__(self, fh: io.BytesIO | _Streamed, trace: Trace) -> None:
         super().__init__(fh, protocol=5)
         self._refs = {id(obj): key for key, obj in _parts(trace).items()}
         self._seen: set[type] = set()
@@ -230,21 +230,49 @@ def keep(trace: Trace, reading: str, value: Any, compute_s: float) -> bool:
         if place is None:
             return False
         path, header = place
-        buffer = io.BytesIO()
-        _Pickler(buffer, trace).dump(value)
-        payload = buffer.getbuffer()
-        if payload.nbytes > MAX_BYTES or payload.nbytes / READ_BACK_BYTES_PER_S > compute_s / 2:
-            return False
         from gaplens.store.files import atomic_write
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        digest = hashlib.sha256(payload).digest()
+        limit = min(MAX_BYTES, compute_s / 2 * READ_BACK_BYTES_PER_S)
 
         def write(fh) -> None:
-            fh.write(MAGIC + _HEADER.pack(len(header)) + header + digest)
-            fh.write(payload)
+            fh.write(MAGIC + _HEADER.pack(len(header)) + header)
+            at = fh.tell()
+            fh.write(bytes(_DIGEST_BYTES))  # the payload's digest, once it is known
+            out = _Streamed(fh, limit)
+            _Pickler(out, trace).dump(value)
+            fh.seek(at)
+            fh.write(out.sha.digest())
 
         atomic_write(path, write)
         return True
-    except Exception:  # keeping is best effort: the reading is already computed
+    except Exception:  # keeping is best effort: the reading is already computed (_TooBig: not worth it)
         return False
+
+
+_DIGEST_BYTES = 32  # SHA-256
+
+
+class _TooBig(Exception):
+    """A payload grew past what is worth keeping (``MAX_BYTES``, or slower to read back than to compute)."""
+
+
+class _Streamed:
+    """The payload on its way to the file, hashed and counted as the pickle writes it, never held whole.
+
+    Pickled into a buffer first, the critical-path graph of a 5.1M-event trace (136 MB) sat beside
+    the graph itself: the peak of a cold ``summary``. A payload that passes ``limit`` stops the write
+    (the temp file is removed), as the size check before writing did.
+    """
+
+    def __init__(self, fh: BinaryIO, limit: float) -> None:
+        self.fh, self.limit, self.size = fh, limit, 0
+        self.sha = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.size += view.nbytes
+        if self.size > self.limit:
+            raise _TooBig(f"{self.size} bytes")
+        self.sha.update(view)
+        return self.fh.write(view)

@@ -295,3 +295,16 @@ def test_whatif_faster_pageable_copies_shorten_every_step() -> None:
         expected = spans[("train_step", k)] - 0.9 * spans[("copy_in", k)]
         assert abs(s["predicted_ns"] / expected - 1) <= WHATIF_TARGET, (s["name"], s["predicted_ns"], expected)
     assert not any("off the critical path" in n for n in r["notes"])
+
+
+def test_a_node_is_timed_at_its_events_end_and_a_call_entry_at_its_start():
+    """The graph keeps no (2n,) time column: node i is event i's end, node n + i call i's start."""
+    from gaplens.analysis.critical_path import node_time
+
+    tr = three_kernels()
+    n = len(tr)
+    starts = [int(tr.start_ns[i]) for i in range(n)]
+    ends = [int(tr.end_ns[i]) for i in range(n)]
+    nodes = np.asarray([*range(n), *range(n, 2 * n)])
+    assert node_time(tr, nodes).tolist() == ends + starts
+    assert graph(tr).pred.dtype == np.int32  # 2n fits: half the bytes of int64 ids

@@ -11,7 +11,7 @@ import pytest
 from gaplens.analysis.busy import gpu_work
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.waits import event_waits
-from gaplens.loaders.kineto.cols import Context
+from gaplens.loaders.kineto.context import Context
 from gaplens.loaders.kineto.slow import from_lines
 from gaplens.loaders.model import Kind, Trace
 from gaplens.loaders.syncs import SyncWait, parse_wait, sync_detail

@@ -43,3 +43,21 @@ def test_the_viewer_child_opens_a_trace_cold_then_warm(tmp_path, monkeypatch):
     assert cold["events"] == warm["events"] == len(load(path))
     for run in (cold, warm):
         assert 0 < run["first"] <= run["readings"] and run["cpu"] > 0
+
+
+def test_each_figure_is_printed_beside_its_target_baseline_and_verdict(capsys):
+    from bench.targets import Figure, peak_met, print_figures
+
+    print_figures(
+        "load",
+        [
+            Figure("x1.26M: cold summary peak", "173 B/event", "<= 200 B/event", "JSON 250 B/event", True, "0.5/2"),
+            Figure("x5.1M: cold summary peak", "131 B/event", "<= 120 B/event", "JSON 290 B/event", False, "0.5/2"),
+        ],
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:4] == ["figure", "value", "target", "baseline"]
+    assert "<= 200 B/event" in lines[2] and "JSON 250 B/event" in lines[2] and " met " in lines[2]
+    assert "MISSED" in lines[3] and lines[3].rstrip().endswith("0.5/2")
+    # the 5M target from 3M events on; a --quick trace is not judged (the interpreter alone is ~65 MB)
+    assert peak_met(150, 1_260_000) and not peak_met(150, 5_100_000) and peak_met(999, 100_000) is None

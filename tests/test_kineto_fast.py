@@ -345,7 +345,7 @@ def test_a_headless_load_stays_lean(tmp_path):
 
 
 def _block(first: int, n: int):
-    from gaplens.loaders.kineto.cols import Block
+    from gaplens.loaders.kineto.context import Block
 
     i = np.arange(first, first + n)
     return Block(
@@ -357,7 +357,7 @@ def _block(first: int, n: int):
 @given(st.lists(st.integers(0, 40_000), min_size=1, max_size=12), st.integers(1, 50))
 def test_kept_columns_hold_every_block_in_order_whatever_the_estimate(sizes, skew):
     """Columns fill from an estimate of the file: right or wrong, take() gives the blocks' columns in order."""
-    from gaplens.loaders.kineto.cols import Columns
+    from gaplens.loaders.kineto.context import Columns
 
     kept, at, read = Columns(), 0, 0
     for n in sizes:
@@ -372,7 +372,7 @@ def test_kept_columns_hold_every_block_in_order_whatever_the_estimate(sizes, ske
 
 def test_kept_columns_are_read_in_place_when_the_estimate_holds():
     """The build gets a view of the one buffer each column was filled in: nothing joined, nothing copied."""
-    from gaplens.loaders.kineto.cols import Columns
+    from gaplens.loaders.kineto.context import Columns
 
     kept = Columns()
     for k in range(10):

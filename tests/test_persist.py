@@ -238,3 +238,22 @@ def test_a_symlink_at_the_name_is_not_followed(trace_file, monkeypatch, tmp_path
     _readings(load(trace_file))
     assert computed == [GAPS]
     assert not target.is_symlink()  # rewritten as a file of its own
+
+
+def test_a_reading_past_the_limit_is_not_kept_and_leaves_no_file(trace_file, monkeypatch):
+    """The payload streams into its file (no copy of it in memory): one that grows past what is worth
+    keeping stops the write, and neither the reading's file nor a temp file stays behind."""
+    trace = load(trace_file)
+    graph_bytes = 2 * len(trace)  # the graph's pred column alone holds 2n ids of at least 4 bytes each
+    monkeypatch.setattr(persist, "MAX_BYTES", graph_bytes)
+    critical_path(trace)
+    kept = {p.name for p in (Path(os.environ["GAPLENS_CACHE_DIR"]) / "traces").rglob("*.readings/*")}
+    assert "gaplens.analysis.critical_path.graph.pkl" not in kept
+    assert not [name for name in kept if name.endswith(".tmp")]
+    monkeypatch.setattr(persist, "MAX_BYTES", 1 << 30)
+    memo.clear()
+    critical_path(load(trace_file))  # now kept: the file holds the digest of what was streamed
+    path = _reading_file(trace_file, "gaplens.analysis.critical_path.graph")
+    blob = path.read_bytes()
+    at = len(persist.MAGIC) + 4 + int.from_bytes(blob[len(persist.MAGIC) : len(persist.MAGIC) + 4], "little")
+    assert hashlib.sha256(blob[at + 32 :]).digest() == blob[at : at + 32]

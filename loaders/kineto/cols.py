@@ -1,20 +1,14 @@
-"""Kineto events (an Arrow batch, or dicts on the fallback path) into lane-model columns.
+"""Kineto events of one Arrow batch into a ``Block`` (the per-event path, ``slow``, gives the same).
 
-Both paths produce the same ``Block`` for the same events. The Arrow one works on the
-batch's buffers with numpy (``columns``): per-batch dictionaries of the string
-columns, lookup tables, and detail strings formatted once per distinct value.
-Fields whose JSON type varies between events are read through *twins*: the framer
-renames a string value of ``stream`` to ``streas`` (same length, see ``twin``), so
-the schema holds one type per key and nothing is refused.
+Vectorised on the batch's buffers with numpy (``loaders.columns``): per-batch
+dictionaries of the string columns, lookup tables, and detail strings formatted once
+per distinct value. String values of number fields arrive in their twins (``fields.twin``).
 """
 
 from __future__ import annotations
 
 import itertools
-import re
-from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -29,284 +23,30 @@ from gaplens.loaders.columns import (
     list_matrix,
     valid,
 )
+from gaplens.loaders.kineto.context import Block, Context, lane_codes, note_metadata
+from gaplens.loaders.kineto.fields import (
+    CATEGORIES,
+    COLL_STRS,
+    COPY_KINDS,
+    FLOAT_ARGS,
+    GPU_LANES,
+    IGNORED,
+    KERNEL_ARGS,
+    LIST_ARGS,
+    SYNC_INTS,
+    kernel_detail,
+    memcpy_kind,
+    stream_of,
+    twin,
+)
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
-from gaplens.loaders.validate import TIME_LIMIT_NS, as_int, int_or_none
-
-# cat (lower case) -> (event kind, lane kind). Memcpy direction comes from the name.
-CATEGORIES: dict[str, tuple[Kind, LaneKind]] = {
-    "cpu_op": (Kind.CPU_OP, LaneKind.CPU_OPS),
-    "operator": (Kind.CPU_OP, LaneKind.CPU_OPS),
-    "python_function": (Kind.PYTHON, LaneKind.CPU_OPS),
-    "user_annotation": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
-    "user": (Kind.ANNOTATION, LaneKind.ANNOTATIONS),
-    "cuda_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "cuda_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "privateuse1_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "privateuse1_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "xpu_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "xpu_driver": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "mtia_runtime": (Kind.CUDA_API, LaneKind.CUDA_API),
-    "kernel": (Kind.KERNEL, LaneKind.STREAM),
-    "gpu_memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
-    "memcpy": (Kind.MEMCPY_OTHER, LaneKind.STREAM),
-    "gpu_memset": (Kind.MEMSET, LaneKind.STREAM),
-    "memset": (Kind.MEMSET, LaneKind.STREAM),
-    "gpu_user_annotation": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
-    "cuda_profiler_range": (Kind.GPU_ANNOTATION, LaneKind.GPU_ANNOTATIONS),
-    "cuda_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
-    "xpu_sync": (Kind.SYNC, LaneKind.GPU_SYNC),
-    "overhead": (Kind.OVERHEAD, LaneKind.OVERHEAD),
-}
-IGNORED = {"trace", "cpu_instant_event", "external_correlation"}
-GPU_LANES = (LaneKind.STREAM, LaneKind.GPU_ANNOTATIONS, LaneKind.GPU_SYNC)
-COPY_KINDS = (Kind.MEMCPY_HTOD, Kind.MEMCPY_DTOH, Kind.MEMCPY_DTOD, Kind.MEMCPY_PEER, Kind.MEMCPY_OTHER, Kind.MEMSET)
-KERNEL_ARGS = (
-    ("grid", "grid"),
-    ("block", "block"),
-    ("registers per thread", "regs"),
-    ("shared memory", "smem"),
-    ("est. achieved occupancy %", "occupancy %"),
-    # Collective kernels (issue 12): what a job matches across ranks, kept under the writer's own
-    # keys so ``analysis.job.collectives.collective_args`` reads them back from the detail string.
-    *((key, key) for key in ("Collective name", "Process Group Name", "In msg nelems", "Out msg nelems", "Group size")),
-)
-# cuda_sync args that name streams and the event record: the waiting stream first (FORMATS.md 1.7).
-_SYNC_INTS = ("stream", "wait_on_stream", "wait_on_cuda_event_record_corr_id")
-_INT_ARGS = ("correlation", "bytes", "device", "stream", "registers per thread", "shared memory", *_SYNC_INTS[1:])
-# Collective kernels' args (issue 12), see KERNEL_ARGS: what a job matches across ranks.
-_COLL_INTS = ("In msg nelems", "Out msg nelems", "Group size")
-_COLL_STRS = ("Collective name", "Process Group Name")
-_LIST_ARGS = ("grid", "block")
-_FLOAT_ARGS = ("est. achieved occupancy %",)
-_S, _I = pa.string(), pa.int64()
-
-
-def twin(key: str) -> str:
-    """The key a string value of ``key`` is moved to: same length, last letter changed (pid -> pis)."""
-    return key[:-1] + ("z" if key.endswith("s") else "s")
-
-
-#: Keys whose values may be numbers in one event and strings in another, by their path in the event.
-TWIN_KEYS = ("pid", "tid", *_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS)
-
-
-def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
-    """What Arrow reads of an event: ``ts``/``dur`` as decimals of ``scale`` digits (exact for any
-    number text), and a string field for the twin of each key in ``twins`` (every field costs
-    parse time on every event, so twins are asked for once seen)."""
-    time = pa.decimal128(38, scale)
-    args = [
-        *[(k, _I) for k in _INT_ARGS],
-        *[(k, pa.list_(_I)) for k in _LIST_ARGS],
-        *[(k, pa.float64()) for k in _FLOAT_ARGS],
-        ("cuda_sync_kind", _S),
-        ("name", _S),
-        *[(k, _I) for k in _COLL_INTS],
-        *[(k, _S) for k in _COLL_STRS],
-        *[(twin(k), _S) for k in (*_INT_ARGS, *_LIST_ARGS, *_FLOAT_ARGS) if k in twins],
-    ]
-    top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I)]
-    top += [(twin(k), _S) for k in ("pid", "tid") if k in twins]
-    return pa.schema([*top, ("ts", time), ("dur", time), ("args", pa.struct(args))])
-
-
-_DIGITS = re.compile(r"-?\d+")
-
-
-def memcpy_kind(name: str) -> Kind:
-    """Direction from the writer's name: ``Memcpy HtoD (Pageable -> Device)``."""
-    if "HtoD" in name or "HostToDevice" in name:
-        return Kind.MEMCPY_HTOD
-    if "DtoH" in name or "DeviceToHost" in name:
-        return Kind.MEMCPY_DTOH
-    if "DtoD" in name or "DeviceToDevice" in name:
-        return Kind.MEMCPY_DTOD
-    if "PtoP" in name or "Peer" in name:
-        return Kind.MEMCPY_PEER
-    return Kind.MEMCPY_OTHER
-
-
-def stream_of(tid) -> int:
-    """Stream number from a tid: ``7`` or ``"stream 7"`` (0 when it is not an int64)."""
-    if isinstance(tid, int):
-        return as_int(tid, 0)
-    m = _DIGITS.search(str(tid)[:200])
-    return as_int(m.group(0), 0) if m else 0
-
-
-def number_text(value) -> str:
-    """A detail number: integral values without a fraction (``100``), others as Python prints floats."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
-        return str(value)
-    if isinstance(value, int) or (isinstance(value, Decimal) and (not value.is_finite() or value.adjusted() > 300)):
-        return str(value)  # exact at any length: float() overflows past ~1e308
-    f = float(value)
-    return str(int(f)) if f.is_integer() else repr(f)
-
-
-def kernel_detail(values: dict) -> str:
-    """``grid 1×1×1  block 128×1×1  regs 32  smem 0  occupancy % 12``: the kernel args present."""
-    parts = []
-    for key, label in KERNEL_ARGS:
-        if key in values:
-            value = values[key]
-            if isinstance(value, list):
-                value = "×".join(str(v) for v in value)
-            parts.append(f"{label} {number_text(value)}")
-    return "  ".join(parts)
-
-
-@dataclass
-class Context:
-    """State shared by the blocks of one file: dictionaries, names, counts."""
-
-    names: dict[str, int] = field(default_factory=dict)
-    details: dict[str, int] = field(default_factory=lambda: {"": 0})
-    lanes: dict[tuple[int, int, int], int] = field(default_factory=dict)
-    named_ids: dict[str, int] = field(default_factory=dict)
-    processes: dict[int, str] = field(default_factory=dict)
-    threads: dict[tuple[int, int], str] = field(default_factory=dict)
-    unknown: dict[str, int] = field(default_factory=dict)
-    kernel_texts: dict[tuple, str] = field(default_factory=dict)  # kernel details formatted, shared by a file's blocks
-    bad_time: int = 0  # events kept with an unusable dur (set to 0)
-    bad_start: int = 0  # events skipped: no usable ts
-    malformed: int = 0
-
-    def host_id(self, value) -> int:
-        """Stable int for a pid/tid that may be an int, a numeric string or a name (or a number past int64)."""
-        num = None if isinstance(value, bool) else int_or_none(value, floats=False)
-        if num is not None:
-            return num
-        return self.named_ids.setdefault(str(value)[:200], -1000 - len(self.named_ids))
-
-    def code(self, table: dict[Any, int], values: list) -> np.ndarray:
-        return np.fromiter((table.setdefault(v, len(table)) for v in values), np.int32, len(values))
-
-    def merge(self, local: Context, block: Block) -> Block:
-        """Fold a Context that classified one block alone into this one; the block's ids become this one's.
-
-        ``local`` registered names, details, lanes and named pids in the order a single
-        Context would have met them in this block, so registering them here in that
-        order, block after block, gives every id the value a single thread gives it.
-        """
-        named = {lid: self.host_id(name) for name, lid in local.named_ids.items()}
-
-        def host(value: int) -> int:
-            return named.get(value, value)
-
-        lanes = [
-            (kind, a, b) if LaneKind(kind) in GPU_LANES else (kind, host(a), host(b)) for kind, a, b in local.lanes
-        ]
-        block.lane = self.code(self.lanes, lanes)[block.lane]
-        block.name_id = self.code(self.names, list(local.names))[block.name_id]
-        block.detail_id = self.code(self.details, list(local.details))[block.detail_id]
-        for pid, name in local.processes.items():
-            self.processes.setdefault(host(pid), name)
-        for (pid, tid), name in local.threads.items():
-            self.threads.setdefault((host(pid), host(tid)), name)
-        for cat, count in local.unknown.items():
-            self.unknown[cat] = self.unknown.get(cat, 0) + count
-        self.bad_time += local.bad_time
-        self.bad_start += local.bad_start
-        self.malformed += local.malformed
-        return block
-
-
-@dataclass
-class Block:
-    """Kept duration events of one block; ``start``/``dur`` are ns relative to the base."""
-
-    lane: np.ndarray
-    start: np.ndarray
-    dur: np.ndarray
-    name_id: np.ndarray
-    kind: np.ndarray
-    corr: np.ndarray
-    nbytes: np.ndarray
-    detail_id: np.ndarray
-
-    @staticmethod
-    def empty() -> Block:
-        i64 = np.empty(0, np.int64)
-        i32 = np.empty(0, np.int32)
-        return Block(i32, i64, i64, i32, np.empty(0, np.int8), i64, i64, i32)
-
-
-_BLOCK_COLUMNS = (
-    ("lane", np.int32),
-    ("start", np.int64),
-    ("dur", np.int64),
-    ("name_id", np.int32),
-    ("kind", np.int8),
-    ("corr", np.int64),
-    ("nbytes", np.int64),
-    ("detail_id", np.int32),
-)
-
-
-class Columns:
-    """A file's kept events, block after block, in columns sized from an estimate of the whole file.
-
-    Each block is copied in once and the build reads the filled part in place: no joins and,
-    when the estimate holds, no final concatenation (at 1M events each of those copied ~45 MB
-    on the merging thread). The capacity is twice what the events per byte of JSON so far
-    predict for the file; pages past what is written are never touched, so they cost no
-    memory. A file that holds more continues in a segment of its own, sized by a new
-    estimate, and the segments are joined once, at the build.
-    """
-
-    def __init__(self) -> None:
-        self.size = 0
-        self._segments: list[tuple[dict[str, np.ndarray], int]] = []  # (columns, filled) but the last
-        self._cols = {name: np.empty(0, dtype) for name, dtype in _BLOCK_COLUMNS}
-        self._filled = 0
-
-    def append(self, block: Block, json_read: int, json_total: int) -> None:
-        """Add a block; ``json_read`` is the JSON consumed through it, ``json_total`` the file's, estimated."""
-        n = int(block.start.size)
-        if self._filled + n > self._cols["start"].size:
-            predicted = int((self.size + n) / max(json_read, 1) * max(json_total, json_read) * 2)
-            if self._filled:
-                self._segments.append((self._cols, self._filled))
-            capacity = max(n, predicted - self.size, 1 << 16)
-            self._cols, self._filled = {name: np.empty(capacity, dtype) for name, dtype in _BLOCK_COLUMNS}, 0
-        for name, _ in _BLOCK_COLUMNS:
-            self._cols[name][self._filled : self._filled + n] = getattr(block, name)
-        self._filled += n
-        self.size += n
-
-    def take(self, name: str) -> np.ndarray:
-        """One column's events, dropped from here: a view of the filled part (writable: the build edits
-        some in place), or the segments joined."""
-        parts = [cols.pop(name)[:filled] for cols, filled in self._segments]
-        parts.append(self._cols.pop(name)[: self._filled])
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def lane_codes(ctx: Context, lane_kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Lane ids (in order of first appearance over the file) for (kind, a, b) triples."""
-    if lane_kind.size == 0:
-        return np.empty(0, np.int32)
-    ca, ua = factorize(np.asarray(a, np.int64))
-    cb, ub = factorize(np.asarray(b, np.int64))
-    key = (lane_kind.astype(np.int64) * len(ua) + ca) * len(ub) + cb
-    codes, uniq = factorize(key)
-    lut = np.empty(len(uniq), np.int32)
-    for j, k in enumerate(uniq.tolist()):
-        rest, ib = divmod(k, len(ub))
-        kind, ia = divmod(rest, len(ua))
-        lut[j] = ctx.lanes.setdefault((int(kind), int(ua[ia]), int(ub[ib])), len(ctx.lanes))
-    return lut[codes]
-
-
-# ---- Arrow path --------------------------------------------------------------
+from gaplens.loaders.validate import TIME_LIMIT_NS, as_int
 
 
 @dataclass
 class Dims:
-    """``Input Dims`` details found in a block's text (``kineto_dims.find_dims``): event index, code, texts."""
+    """``Input Dims`` details found in a block's text (``dims.find_dims``): event index, code, texts."""
 
     rows: np.ndarray
     codes: np.ndarray
@@ -382,7 +122,7 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
     meta = _metadata_rows(batch, np.flatnonzero(is_m))
     _register_named_ids(ctx, batch, meta, rows[~gpu])
     for _, what, value, pid, tid in meta:
-        _metadata(ctx, what, value, pid, tid)
+        note_metadata(ctx, what, value, pid, tid)
     if rows.size == 0:
         return Block.empty()
     kind = kind_all[rows]
@@ -508,7 +248,7 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
     readers = []
     for key, _ in KERNEL_ARGS:
         arr = args.field(key)
-        if key in _COLL_STRS:  # text values: read through the same path as a number's string twin
+        if key in COLL_STRS:  # text values: read through the same path as a number's string twin
             s = Strings(arr)
             columns += [np.full(at.size, -1, np.int64), np.where(s.valid, s.codes, -1)[at]]
             readers.append((key, 1, s.texts()))
@@ -520,10 +260,10 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
             text_code = np.where(s.valid, s.codes, -1)[at]
         else:
             s_texts, text_code = [], np.full(at.size, -1, np.int64)
-        if key in _LIST_ARGS:
+        if key in LIST_ARGS:
             matrix, lengths = list_matrix(arr)
             cols = [lengths[at], *(matrix[at].T if matrix.shape[1] else [])]
-        elif key in _FLOAT_ARGS:
+        elif key in FLOAT_ARGS:
             f = floats(arr)[at]
             cols = [np.where(np.isnan(f), -1, 0), np.where(np.isnan(f), 0, f).view(np.int64)]
         else:
@@ -550,10 +290,10 @@ def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, r
             i += width + 1
             if code >= 0 and cols[0] == -1:
                 values[key] = s_texts[code]
-            elif key in _LIST_ARGS:
+            elif key in LIST_ARGS:
                 if cols[0] >= 0:
                     values[key] = cols[1 : 1 + cols[0]]
-            elif key in _FLOAT_ARGS:
+            elif key in FLOAT_ARGS:
                 if cols[0] == 0:
                     values[key] = float(np.int64(cols[1]).view(np.float64))
             elif cols[0] == 0:
@@ -570,7 +310,7 @@ def _sync_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, row
     kinds = Strings(args.field("cuda_sync_kind"))
     kind_texts = kinds.texts("")
     kind_codes = kinds.codes[at]
-    values = [_int_arg(args, f, -1)[0][at] for f in _SYNC_INTS]
+    values = [_int_arg(args, f, -1)[0][at] for f in SYNC_INTS]
     keys = np.ascontiguousarray(np.stack([kind_codes.astype(np.int64), *values], axis=1))
     inverse, first = encode_rows(keys)
     texts = [sync_detail(kind_texts[k], stream, on, rec) for k, stream, on, rec in keys[first].tolist()]
@@ -631,12 +371,3 @@ def _register_named_ids(ctx: Context, batch: pa.RecordBatch, meta: list[_Meta], 
     used, first = np.unique(codes[codes >= 0], return_index=True)
     for code in used[np.argsort(first)].tolist():
         ctx.host_id(texts[code])
-
-
-def _metadata(ctx: Context, name, value, pid, tid) -> None:
-    if not isinstance(value, str):
-        return
-    if name == "process_name":
-        ctx.processes.setdefault(ctx.host_id(pid), value)
-    elif name == "thread_name":
-        ctx.threads.setdefault((ctx.host_id(pid), ctx.host_id(tid)), value)

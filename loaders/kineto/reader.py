@@ -9,7 +9,7 @@ The path is columnar and runs on three kinds of threads at once: one gunzips
 (``_Prefetch``); this one cuts blocks of whole events (``jsonblocks``: at the
 writer's separator, or by structure); a pool, one thread per core, parses each block
 with Arrow's C++ JSON reader and an explicit schema, finds its ``Input Dims`` text
-(``kineto_dims``) and classifies its events (``kineto_cols``) against a Context of
+(``dims``) and classifies its events (``cols``) against a Context of
 the block's own; this one then merges each block's names, details and lanes into
 the file's Context in file order (``Context.merge``: the ids come out as a single
 thread would give them), copies its events into the file's columns (``Columns``) and
@@ -17,7 +17,7 @@ builds the Trace from them in place. zlib, Arrow and most numpy work
 release the GIL. What Arrow refuses teaches the reader: a key
 seen with a string value gets its twin, more fraction digits a wider decimal, and
 a layout block it cannot read makes the framer rewind and cut by structure. Only a
-block that still fails goes through the per-event fallback (``kineto_slow``).
+block that still fails goes through the per-event fallback (``slow``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ from gaplens.loaders.build import build_columns
 from gaplens.loaders.columns import POOL
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
-from gaplens.loaders.kineto.cols import TWIN_KEYS, Block, Columns, Context, Dims, from_arrow, schema, twin
+from gaplens.loaders.kineto.cols import Dims, from_arrow
+from gaplens.loaders.kineto.context import Block, Columns, Context
 from gaplens.loaders.kineto.dims import find_dims
+from gaplens.loaders.kineto.fields import TWIN_KEYS, schema, twin
 from gaplens.loaders.kineto.jsonblocks import EventBlocks, Piece, arrow_input, damage_warning
 from gaplens.loaders.kineto.slow import from_lines
 from gaplens.loaders.model import CPU_KINDS, GPU_WORK_KINDS, Device, Kind, LaneKind, Meta, Trace, TraceError
@@ -75,7 +77,7 @@ class LoadStats:
     structure_blocks: int = 0  # blocks cut by the structural scan
     retried_blocks: int = 0  # parsed again after learning a twin key or a wider decimal
     rewinds: int = 0  # layout blocks Arrow refused, cut again by structure
-    slow_events: int = 0  # events decoded one by one (kineto_slow)
+    slow_events: int = 0  # events decoded one by one (``slow``)
     twins: list[str] = field(default_factory=list)
 
 

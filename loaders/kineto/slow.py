@@ -1,7 +1,7 @@
 """The last resort for blocks the Arrow reader still refuses: a per-event loop with the same output.
 
-Mixed JSON types are not a reason to come here (``kineto_cols`` reads them through
-twin keys, ``kineto_dims`` reads Input Dims from the text); what is left is input
+Mixed JSON types are not a reason to come here (``cols`` reads them through
+twin keys, ``dims`` reads Input Dims from the text); what is left is input
 Arrow cannot read at all, e.g. a value of a type no twin covers. Such a block is
 decoded line by line by the stdlib (numbers as ``Decimal``, so times stay exact) and
 classified here. Undecodable lines are counted and dropped. The tests hold this path
@@ -15,21 +15,18 @@ from decimal import Decimal
 
 import numpy as np
 
-from gaplens.loaders.kineto.cols import (
+from gaplens.loaders.kineto.context import Block, Context, lane_codes, note_metadata
+from gaplens.loaders.kineto.dims import dims_text
+from gaplens.loaders.kineto.fields import (
     CATEGORIES,
     COPY_KINDS,
     GPU_LANES,
     IGNORED,
     KERNEL_ARGS,
-    Block,
-    Context,
-    _metadata,
     kernel_detail,
-    lane_codes,
     memcpy_kind,
     stream_of,
 )
-from gaplens.loaders.kineto.dims import dims_text
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 from gaplens.loaders.validate import as_int, time_ns
@@ -59,7 +56,7 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
         raw_args = ev.get("args")
         args: dict = raw_args if isinstance(raw_args, dict) else {}
         if ev.get("ph") == "M":
-            _metadata(ctx, ev.get("name"), args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
+            note_metadata(ctx, ev.get("name"), args.get("name"), 0 if pid is None else pid, 0 if tid is None else tid)
             continue
         if ev.get("ph") != "X":
             continue
