@@ -335,29 +335,37 @@ def _calls_text(trace: Trace, idx: np.ndarray) -> str:
 SYNC_LOOP_MIN = 2
 
 
+@per_trace
 def _syncs_per_step(trace: Trace) -> float:
 
     return per_step(trace, np.flatnonzero(api_class(trace) == Call.SYNC))[0]
 
 
 def alloc_lever(trace: Trace, workload: str) -> str:
-    """The allocation lever, naming the memory the trace allocates and its calls per step."""
+    """The allocation lever, naming the memory the trace allocates, its calls per step and the ops that
+    allocate."""
+
+    key, said = _alloc_facts(trace)
+    key = "hpc" if workload == "hpc" else key
+    return f"{ALLOC_LEVERS[key]}: {said}" if said else ALLOC_LEVERS[key]
+
+
+@per_trace
+def _alloc_facts(trace: Trace) -> tuple[str, str]:
+    """(the kind of allocation the trace shows, its calls and sites per step): once per trace, since a trace
+    with many allocation findings asks for its lever once per finding."""
 
     idx = np.flatnonzero(api_class(trace) == Call.ALLOC)
     names = {trace.names[int(i)].lower() for i in np.unique(trace.name_id[idx]).tolist()}
     pinned = any("host" in n for n in names)
-    if workload == "hpc":
-        key = "hpc"
-    elif pinned and not any("host" not in n for n in names):
+    if pinned and not any("host" not in n for n in names):
         key = "pinned"
     elif allocator_off(trace):
         key = "allocator_off"
     else:
         key = "released" if released_in_a_burst(trace) else "device"
     calls = _calls_text(trace, idx)
-    if not calls:
-        return ALLOC_LEVERS[key]
-    return f"{ALLOC_LEVERS[key]}: {calls}{_sites_text(trace, idx)}"
+    return key, f"{calls}{_sites_text(trace, idx)}" if calls else ""
 
 
 def _sites_text(trace: Trace, idx: np.ndarray) -> str:
@@ -392,10 +400,19 @@ def sync_lever(trace: Trace, workload: str = "generic") -> str:
     without a framework keeps the CUDA runtime's words)."""
 
     base = lever("sync_cliff", "hpc") if workload == "hpc" else SYNC_LOOP_LEVER
+    said = _sync_facts(trace)
+    return f"{base}: {said}" if said else base
+
+
+@per_trace
+def _sync_facts(trace: Trace) -> str:
+    """The synchronising calls per step and the phase holding them: once per trace (a trace with hundreds of
+    sync findings asks for its lever once per finding; per finding this was most of ``smells`` at 1M events)."""
+
     idx = np.flatnonzero(api_class(trace) == Call.SYNC)
     calls = _calls_text(trace, idx)
     where = _phase_holding(trace, idx)
-    return f"{base}: {calls}{f' inside {where}' if where else ''}" if calls else base
+    return f"{calls}{f' inside {where}' if where else ''}" if calls else ""
 
 
 #: The phase named as where the syncs are holds at least this share of them: "inside forward" must be true
