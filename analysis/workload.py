@@ -16,6 +16,7 @@ from gaplens.analysis.comm import comm_mask
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.step_names import numbered
 from gaplens.analysis.steps import steps
+from gaplens.loaders.kineto.opdetail import dims_part
 from gaplens.loaders.model import Kind, Trace
 
 _TRAINING = re.compile(r"backward|autograd|optimizer|\btrain|zero_grad", re.IGNORECASE)
@@ -231,24 +232,32 @@ def dtype_hint(trace: Trace) -> tuple[str, str]:
 
 def input_shapes(trace: Trace, top: int = 6) -> list[dict]:
     """Most frequent (op, Input Dims) pairs of the ops that reveal batch and sizes."""
-    dim_ids = [i for i, d in enumerate(trace.details) if d.startswith("Input Dims ")]
-    if not dim_ids:
+    # An op's detail holds its other recorded args after the dims (``opdetail``): ops with the same
+    # dims count together whatever those hold.
+    dims_ids: dict[str, int] = {}
+    of_detail = np.full(len(trace.details), -1, dtype=np.int64)
+    for i, d in enumerate(trace.details):
+        if d.startswith("Input Dims "):
+            of_detail[i] = dims_ids.setdefault(dims_part(d), len(dims_ids))
+    if not dims_ids:
         return []
+    texts = list(dims_ids)
     op_ids = np.asarray([i for i, n in enumerate(trace.names) if SHAPE_OPS.match(n)], dtype=np.int64)
-    m = np.isin(trace.detail_id, np.asarray(dim_ids, dtype=np.int64)) & (trace.kind == int(Kind.CPU_OP))
+    dims = of_detail[trace.detail_id]
+    m = (dims >= 0) & (trace.kind == int(Kind.CPU_OP))
     if op_ids.size:
         m &= np.isin(trace.name_id, op_ids)
     if not m.any():
         return []
-    key = trace.name_id[m].astype(np.int64) * (len(trace.details) + 1) + trace.detail_id[m]
+    key = trace.name_id[m].astype(np.int64) * (len(texts) + 1) + dims[m]
     uniq, counts = np.unique(key, return_counts=True)
     out = []
     for j in np.argsort(-counts, kind="stable").tolist():
-        name_id, detail_id = divmod(int(uniq[j]), len(trace.details) + 1)
-        dims = trace.details[detail_id].removeprefix("Input Dims ")
-        if not re.search(r"\d", dims):
+        name_id, dims_id = divmod(int(uniq[j]), len(texts) + 1)
+        shape = texts[dims_id].removeprefix("Input Dims ")
+        if not re.search(r"\d", shape):
             continue  # all scalars: says nothing about sizes
-        out.append({"op": trace.names[name_id], "dims": dims, "count": int(counts[j])})
+        out.append({"op": trace.names[name_id], "dims": shape, "count": int(counts[j])})
         if len(out) >= top:
             break
     return out

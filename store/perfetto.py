@@ -41,6 +41,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gaplens.loaders.kineto.opdetail import dims_part
 from gaplens.loaders.model import Kind, LaneKind, Trace
 from gaplens.loaders.syncs import parse_wait
 from gaplens.loaders.text import clean_text
@@ -345,7 +346,7 @@ def _detail_args(trace: Trace) -> dict[int, dict]:
                 args[key] = int(found.group(1))
         if occupancy := _OCCUPANCY.search(text):
             args["est. achieved occupancy %"] = float(occupancy.group(1))
-        if dims := _DIMS.match(text):
+        if dims := _DIMS.match(dims_part(text)):  # the dims alone: the op's other args follow them (opdetail)
             with contextlib.suppress(ValueError, SyntaxError):  # not Python-literal text: leave it out
                 args["Input Dims"] = ast.literal_eval(dims.group(1))
         if args:

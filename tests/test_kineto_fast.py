@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 from gaplens.loaders import load
 from gaplens.loaders.kineto import reader as kineto
 from gaplens.loaders.kineto.jsonblocks import EventBlocks, arrow_input
+from gaplens.loaders.kineto.opdetail import EXTRA_KEYS, op_args
 from gaplens.loaders.kineto.reader import LoadStats
+from gaplens.loaders.model import Kind
 from tests.conftest import BUNDLED, PUBLIC, ROOT, SAMPLES, sample
 from tests.strategies import kineto_events
 
@@ -261,7 +263,8 @@ def test_mixed_types_are_read_through_twins(tmp_path, monkeypatch):
 
 
 def test_record_shapes_fields_any_depth(tmp_path, monkeypatch):
-    """Input Dims of any depth read from the text; odd values and spacing read as the per-event path does."""
+    """Input Dims of any depth read from the text; odd values and spacing read as the per-event path does;
+    the op's other recorded args follow its dims in its detail, each decoded back to what the file holds."""
     _small_blocks(monkeypatch)
     events = _events(30)
     ops = [e for e in events if e.get("cat") == "cpu_op"]
@@ -272,6 +275,11 @@ def test_record_shapes_fields_any_depth(tmp_path, monkeypatch):
     ops[5]["args"]["Concrete Inputs"] = ["", "[64, 2048]", "True"]
     ops[5]["args"]["Call stack"] = "a.py(1): f;b.py(2): g"
     ops[6]["args"] = {"Input dims": [[3, 3]]}  # the 2020 spelling
+    ops[7]["args"]["Input Strides"] = [[1, 0], [], [[2, 1], [1]]]  # a broadcast dim, a TensorList
+    ops[7]["args"]["Concrete Inputs"] = ['"q"  Input Strides [9]', None]  # text that reads like the next arg
+    ops[8]["args"]["flops"] = 262144
+    ops[9]["args"]["Input type"] = ["c10::BFloat16", None]
+    ops[10]["args"]["Input Strides"] = []  # says nothing: left out
     path = _write(tmp_path, {"traceEvents": events}, "shapes.json", indent=2)
     compact = _write(tmp_path, {"traceEvents": events}, "compact.json", separators=(",", ":"))
     stats = LoadStats()
@@ -280,10 +288,24 @@ def test_record_shapes_fields_any_depth(tmp_path, monkeypatch):
     _same(got, _per_event(monkeypatch, path))
     _same(got, load(compact, use_cache=False))
     details = {got.details[i] for i in got.detail_id}
-    assert "Input Dims [[64, 2048], [], [[1, 2], [3]]]" in details
-    assert "Input Dims [[1.5, 2]]" in details
+    typed = '  Input type ["float", ""]'
+    assert "Input Dims [[64, 2048], [], [[1, 2], [3]]]" + typed in details
+    assert "Input Dims [[1.5, 2]]" + typed in details
     assert "Input Dims [[3, 3]]" in details
-    assert f"Input Dims [{list(range(200))}]" in details
+    assert f"Input Dims [{list(range(200))}]" + typed in details
+    ops_by_name = {}
+    for i in np.flatnonzero(got.kind == int(Kind.CPU_OP)).tolist():
+        ops_by_name.setdefault(int(got.start_ns[i] + got.meta.origin_ns), op_args(got.details[int(got.detail_id[i])]))
+    for op in ops:
+        args = op["args"]
+        want = {k: args[k] for k in ("Input Dims", *EXTRA_KEYS) if k in args}
+        if want.get("Input Strides") == []:
+            del want["Input Strides"]  # an empty list says nothing
+        if "Input dims" in args:
+            want = {"Input Dims": args["Input dims"]}
+        if not want.get("Input Dims"):
+            want = {}  # no dims: the op keeps no args
+        assert ops_by_name[op["ts"] * 1000] == want, op
 
 
 _names = st.text(st.sampled_from(list('ab{}[]",:\\ /é\n\t')), max_size=6)

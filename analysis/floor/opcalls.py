@@ -1,10 +1,11 @@
 """Which recorded operator call launched each GPU kernel, and its size (FLOPs, bytes, dtype).
 
-The lane model keeps ``Input Dims`` only as display text; the floor needs the dtypes and scalar
-arguments too, so the Kineto file's CPU-op args are read again here, once per trace (memoised),
-only when a floor is asked for. The link is the launch: a kernel's correlation id names its
-launch call (``cudaLaunchKernel``...) on one host thread; the innermost CPU op open on that thread
-at the launch is the op that launched it. When that op has no formula (``opsize.has_formula``),
+Built from the loaded Trace alone, never the file again (issue 31: the second JSON parse was 2.4 s
+of a 1.19M-event trace's readings): the Kineto loader keeps each op's ``Input Dims``, ``Input
+type``, ``Concrete Inputs``, ``Input Strides`` and ``flops`` in its detail (``loaders.kineto.opdetail``).
+The link is the launch: a kernel's correlation id names its launch call (``cudaLaunchKernel``...,
+``Trace.launch``) on one host thread; the innermost CPU op open on that thread at the launch is
+the op that launched it. When that op has no formula (``opsize.has_formula``),
 its nearest enclosing op that has one sizes the kernel, unless another call under that
 ancestor was sized on its own (then the ancestor's size would count twice: unsized).
 All kernels launched by one op call share its size; their times add up.
@@ -27,8 +28,9 @@ import orjson
 from gaplens.analysis.floor.opargs import DTYPES, UNKNOWN_TYPE, OpSize
 from gaplens.analysis.floor.opsize import has_formula, size_op
 from gaplens.analysis.memo import per_trace
-from gaplens.loaders.files import Source
-from gaplens.loaders.model import Kind, Trace
+from gaplens.loaders.columns import factorize
+from gaplens.loaders.kineto.opdetail import op_args
+from gaplens.loaders.model import Kind, LaneKind, Trace
 
 #: Recording options to name when a trace lacks sizes.
 KINETO_OPTION = "torch.profiler.profile(record_shapes=True)"
@@ -96,22 +98,89 @@ def kernel_calls(trace: Trace) -> KernelCalls:
     empty = KernelCalls(np.full(n, -1, np.int64))
     if trace.meta.source_format == "nsys":
         return _link_nvtx(trace)
-    if trace.meta.source_format != "kineto" or not trace.meta.path:
+    if trace.meta.source_format != "kineto":
         empty.why = "not a Kineto trace"
         return empty
     if not records_shapes(trace):
-        empty.why = "no Input Dims recorded"  # the loader keeps them as details: no need to read the file
+        empty.why = "no Input Dims recorded"
         return empty
-    try:
-        doc = orjson.loads(b"".join(Source(trace.meta.path).chunks()))
-    except Exception as exc:
-        empty.why = f"the trace's operator arguments could not be read again ({type(exc).__name__})"
-        return empty
-    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
-    if not isinstance(events, list):
-        empty.why = "no traceEvents"
-        return empty
-    return _link(trace, events)
+    return _link(trace)
+
+
+def _link(trace: Trace) -> KernelCalls:
+    """Kineto: each kernel's innermost CPU op at its launch, on the launching thread's op lane."""
+    call_of = np.full(len(trace), -1, np.int64)
+    op = trace.kind == int(Kind.CPU_OP)
+    used = np.unique(trace.detail_id[op]).tolist()
+    args = {d: op_args(trace.details[d]) for d in used}
+    if not any(a.get("Input type") for a in args.values()):  # 2020 traces wrote "Input type": [] on every op
+        return KernelCalls(call_of, [], False, "no Input type recorded")
+    formula = np.asarray([has_formula(name) for name in trace.names], bool)
+    kernels = np.flatnonzero((trace.kind == int(Kind.KERNEL)) & (trace.launch >= 0) & (trace.corr >= 0))
+    inner, sized_by, covered = _enclosing(trace, trace.launch[kernels], op, formula)
+    found = inner >= 0
+    kernels, inner, sized_by = kernels[found], inner[found], sized_by[found]
+    # An enclosing op with a formula whose other work is sized on its own (an op under it, with a
+    # formula of its own, launched a kernel) would count that work twice: its kernels stay unsized.
+    sized = (sized_by >= 0) & ((sized_by == inner) | ~covered[np.maximum(sized_by, 0)])
+    owner = np.where(sized, sized_by, inner)
+    codes, owners = factorize(owner)  # one call per op call, numbered by its first kernel
+    call_of[kernels] = codes
+    owner_sized = np.zeros(owners.size, bool)
+    owner_sized[codes] = sized  # an op is sized by its own formula or not at all: one value per owner
+    shared: dict[tuple[int, int, bool], Call] = {}
+    calls = []
+    for o, s in zip(owners.tolist(), owner_sized.tolist(), strict=True):
+        key = (int(trace.name_id[o]), int(trace.detail_id[o]), s)
+        got = shared.get(key)
+        if got is None:  # calls of one op with the same args have one size: one Call serves them all
+            got = shared[key] = _call(trace.names[key[0]], args.get(key[1], {}), s)
+        calls.append(got)
+    return KernelCalls(call_of, calls, True, "")
+
+
+def _enclosing(
+    trace: Trace, launch: np.ndarray, op: np.ndarray, formula: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per launch call: the innermost CPU op open at its start and the innermost one with a formula
+    (-1: none); and per event, whether it is an op enclosing an innermost op that has a formula.
+
+    The ops are on the launching thread's CPU-op lane, one row per depth, each row's events sorted
+    and disjoint: one binary search per row, deepest first (``alloc_sites.enclosing_ops``'s pattern),
+    so the first op found is the innermost and every later one encloses it.
+    """
+    inner = np.full(launch.size, -1, np.int64)
+    sized_by = np.full(launch.size, -1, np.int64)
+    covered = np.zeros(len(trace), bool)
+    op_lane = {(ln.pid, ln.tid): ln.id for ln in trace.lanes if ln.kind == LaneKind.CPU_OPS}
+    lanes = trace.lane[launch]
+    for lane_id in np.unique(lanes).tolist():
+        ln = trace.lanes[lane_id]
+        ops_lane = op_lane.get((ln.pid, ln.tid))
+        if ops_lane is None:
+            continue
+        mine = np.flatnonzero(lanes == lane_id)
+        t = trace.start_ns[launch[mine]]
+        for row in reversed(trace.rows_of(ops_lane)):
+            at = _covering(trace, row, t, op)
+            hit = at >= 0
+            inside = inner[mine]
+            covered[at[hit & (inside >= 0) & formula[trace.name_id[np.maximum(inside, 0)]]]] = True
+            first = hit & (inside < 0)
+            inner[mine[first]] = at[first]
+            with_formula = hit & (sized_by[mine] < 0) & formula[trace.name_id[np.maximum(at, 0)]]
+            sized_by[mine[with_formula]] = at[with_formula]
+    return inner, sized_by, covered
+
+
+def _covering(trace: Trace, row: int, t: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """Per time in ``t``: the CPU op of ``row`` open at it (start <= t <= end), else -1 (rows are disjoint)."""
+    sl = trace.row_slice(row)
+    if sl.stop == sl.start:
+        return np.full(t.size, -1, np.int64)
+    j = np.searchsorted(trace.start_ns[sl], t, "right") - 1 + sl.start
+    jj = np.maximum(j, sl.start)
+    return np.where((j >= sl.start) & (trace.end_ns[jj] >= t) & op[jj], jj, -1)
 
 
 class _Thread:
@@ -135,54 +204,6 @@ class _Thread:
         while i >= 0 and self.end[i] < t:
             i = self.parent[i]
         return i
-
-
-def _args(ev: dict) -> dict:
-    a = ev.get("args")
-    return a if isinstance(a, dict) else {}
-
-
-def _link(trace: Trace, events: list) -> KernelCalls:
-    per_thread: dict[tuple, list] = defaultdict(list)
-    launches: dict[tuple, tuple] = {}  # (pid, correlation) -> (pid, tid, ts)
-    has_shapes = False
-    for ev in events:
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            continue
-        cat = ev.get("cat")
-        if cat == "cpu_op":
-            ts, dur = ev.get("ts"), ev.get("dur")
-            if isinstance(ts, int | float) and isinstance(dur, int | float):
-                per_thread[(ev.get("pid"), ev.get("tid"))].append((float(ts), float(ts) + float(dur), ev))
-                if not has_shapes and "Input type" in _args(ev):
-                    has_shapes = True
-        elif cat in ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver"):
-            corr = _args(ev).get("correlation")
-            ts = ev.get("ts")
-            if isinstance(corr, int) and isinstance(ts, int | float):
-                launches[(ev.get("pid"), corr)] = (ev.get("pid"), ev.get("tid"), float(ts))
-    threads = {k: _Thread(v) for k, v in per_thread.items()}
-    call_of = np.full(len(trace), -1, np.int64)
-    if not has_shapes:
-        return KernelCalls(call_of, [], False, "no Input type recorded")
-    lane_pid = np.asarray([ln.pid for ln in trace.lanes], np.int64)
-    # (thread, op index) of the innermost op at each kernel's launch.
-    inner: dict[int, tuple[tuple, int]] = {}
-    for k in np.flatnonzero(trace.kind == int(Kind.KERNEL)).tolist():
-        a = int(trace.launch[k])
-        corr = int(trace.corr[k])
-        if a < 0 or corr < 0:
-            continue
-        got = launches.get((int(lane_pid[trace.lane[a]]), corr))
-        if got is None:
-            continue
-        th = threads.get((got[0], got[1]))
-        if th is None:
-            continue
-        i = th.innermost(got[2])
-        if i >= 0:
-            inner[k] = ((got[0], got[1]), i)
-    return _size_kernels(trace, threads, inner)
 
 
 def _size_kernels(trace: Trace, threads: dict[tuple, _Thread], inner: dict[int, tuple[tuple, int]]) -> KernelCalls:
@@ -209,7 +230,8 @@ def _size_kernels(trace: Trace, threads: dict[tuple, _Thread], inner: dict[int, 
         at = index.get((key, owner))
         if at is None:
             at = index[(key, owner)] = len(calls)
-            calls.append(_call(th.ev[owner], sized=j >= 0))
+            ev = th.ev[owner]
+            calls.append(_call(str(ev.get("name", "")), ev["args"], sized=j >= 0))
         call_of[k] = at
     return KernelCalls(call_of, calls, True, "")
 
@@ -259,12 +281,11 @@ def _link_nvtx(trace: Trace) -> KernelCalls:
     return _size_kernels(trace, threads, inner)
 
 
-def _call(ev: dict, sized: bool) -> Call:
-    args = _args(ev)
+def _call(name: str, args: dict, sized: bool) -> Call:
+    """One op call's record, sized from its recorded args (``sized``: this op is the one its kernels count)."""
     dims = args.get("Input Dims") or args.get("Input dims") or []
     types = args.get("Input type") or []
     concrete = args.get("Concrete Inputs") or []
-    name = str(ev.get("name", ""))
     flops = args.get("flops")
     strides = args.get("Input Strides") or []
     size = size_op(name, dims, types, concrete, strides if isinstance(strides, list) else []) if sized else None

@@ -17,6 +17,7 @@ from gaplens.loaders.columns import (
     Strings,
     decimal_units,
     encode_rows,
+    encode_slices,
     factorize,
     floats,
     ints,
@@ -24,6 +25,7 @@ from gaplens.loaders.columns import (
     valid,
 )
 from gaplens.loaders.kineto.context import Block, Context, lane_codes, note_metadata
+from gaplens.loaders.kineto.dims import Found
 from gaplens.loaders.kineto.fields import (
     CATEGORIES,
     COLL_STRS,
@@ -33,12 +35,14 @@ from gaplens.loaders.kineto.fields import (
     IGNORED,
     KERNEL_ARGS,
     LIST_ARGS,
+    OP_STR_LISTS,
     SYNC_INTS,
     kernel_detail,
     memcpy_kind,
     stream_of,
     twin,
 )
+from gaplens.loaders.kineto.opdetail import op_detail
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 from gaplens.loaders.validate import TIME_LIMIT_NS, as_int
@@ -46,11 +50,11 @@ from gaplens.loaders.validate import TIME_LIMIT_NS, as_int
 
 @dataclass
 class Dims:
-    """``Input Dims`` details found in a block's text (``dims.find_dims``): event index, code, texts."""
+    """``Input Dims`` and ``Input Strides`` found in a block's text (``dims.find_dims``): each as
+    (event index, code, texts)."""
 
-    rows: np.ndarray
-    codes: np.ndarray
-    texts: list[str]
+    dims: Found
+    strides: Found
 
 
 def _global(ctx: Context, table: dict[str, int], codes: np.ndarray, texts: list[str]) -> np.ndarray:
@@ -231,14 +235,75 @@ def _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims: Dims | None) -
     syncs = np.flatnonzero(kind == Kind.SYNC)
     if syncs.size:
         _sync_details(ctx, detail_id, args, rows, syncs)
-    if dims is not None and dims.rows.size:
+    if dims is not None and dims.dims[0].size:
         # Events of this batch that were kept, host-side, and carry Input Dims.
-        pos = np.searchsorted(rows, dims.rows)
-        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == dims.rows)
-        pos, codes = pos[hit], dims.codes[hit]
+        d_rows, d_codes, _ = dims.dims
+        pos = np.searchsorted(rows, d_rows)
+        hit = (pos < rows.size) & (rows[np.minimum(pos, rows.size - 1)] == d_rows)
+        pos, codes = pos[hit], d_codes[hit]
         host = ~gpu[pos]
         if host.any():
-            detail_id[pos[host]] = _global(ctx, ctx.details, codes[host], dims.texts)
+            _op_details(ctx, detail_id, args, rows, pos[host], codes[host], dims)
+
+
+def _op_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows, pos, dims_codes, dims: Dims) -> None:
+    """An op's detail: its Input Dims and the other recorded args the floor sizes it from (``opdetail``),
+    one string per distinct combination, in order of first appearance."""
+    at = rows[pos]
+    s_rows, s_codes, s_texts = dims.strides
+    strides = np.full(at.size, -1, np.int64)
+    if s_rows.size:
+        j = np.minimum(np.searchsorted(s_rows, at), s_rows.size - 1)
+        hit = s_rows[j] == at
+        strides[hit] = s_codes[j[hit]]
+    lists = [_string_lists(args.field(key), at) for key in OP_STR_LISTS]
+    flops = floats(args.field("flops"))[at]
+    has_flops = np.isfinite(flops)
+    table = np.stack(
+        [
+            dims_codes.astype(np.int64),
+            strides.astype(np.int64),
+            *(codes for codes, _ in lists),
+            has_flops.astype(np.int64),
+            np.where(has_flops, flops, 0.0).view(np.int64),
+        ],
+        axis=1,
+    )
+    inverse, first = encode_rows(np.ascontiguousarray(table, dtype=np.int64))
+    texts = []
+    for d, st, types, concrete, with_flops, bits in table[first].tolist():
+        texts.append(
+            op_detail(
+                dims.dims[2][d],
+                lists[0][1][types] if types >= 0 else None,
+                lists[1][1][concrete] if concrete >= 0 else None,
+                s_texts[st] if st >= 0 else None,
+                float(np.int64(bits).view(np.float64)) if with_flops else None,
+            )
+        )
+    detail_id[pos] = ctx.code(ctx.details, texts)[inverse.reshape(-1)]
+
+
+def _string_lists(arr: pa.ListArray, at: np.ndarray) -> tuple[np.ndarray, list[list]]:
+    """(code per row of ``at``, -1 where null; the distinct lists) of a list<string> column.
+
+    Each row's value is the run of its items' codes, compared as bytes (``encode_slices``):
+    exact whatever the strings hold.
+    """
+    ok = valid(arr)[at]
+    if not ok.any():
+        return np.full(at.size, -1, np.int64), []
+    offsets = ints(arr.offsets, 0)
+    items = Strings(arr.values)
+    texts: list[str | None] = list(items.texts())
+    if items.null_code >= 0:
+        texts[items.null_code] = None
+    item_codes = np.ascontiguousarray(items.codes, dtype=np.int32).view(np.uint8)
+    starts = np.where(ok, offsets[at], 0) * 4
+    ends = np.where(ok, offsets[at + 1], 0) * 4
+    codes, first, _, _ = encode_slices(item_codes, starts, ends)
+    values = [[texts[c] for c in items.codes[starts[f] // 4 : ends[f] // 4].tolist()] for f in first.tolist()]
+    return np.where(ok, codes, -1), values
 
 
 def _kernel_details(ctx: Context, detail_id: np.ndarray, args: pa.StructArray, rows, kernels) -> None:

@@ -1,4 +1,4 @@
-"""``Input Dims`` read from the event text, since their JSON type has no fixed depth.
+"""``Input Dims`` and ``Input Strides`` read from the event text, since their JSON type has no fixed depth.
 
 ``record_shapes`` writes ``"Input Dims": [[64, 2048], [], [[1, 2], [3]]]``: a list
 whose items are shapes, scalars' empty lists, or lists of shapes (TensorList
@@ -7,11 +7,14 @@ is taken from the bytes instead, vectorised over a block: find the key, take the
 of bytes a list of integers can hold (``[]0-9, -``), and end at its last ``]``; the
 text is the value exactly when its brackets balance. The rare value that does not
 (floats, strings) is decoded from its own event with orjson. The detail reads like
-Python prints the list, ``Input Dims [[64, 2048], []]``, on either path.
+Python prints the list, ``Input Dims [[64, 2048], []]``, on either path. ``Input Strides``
+(same layout) are read alike, their text JSON (``list_text``); the op's detail gets both
+(``opdetail``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
 
@@ -61,13 +64,17 @@ def _plain(value):
     return value
 
 
-def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(event index, code, texts) of the Input Dims values in a block's text.
+#: One key's values in a block: (event index, code, texts).
+Found = tuple[np.ndarray, np.ndarray, list[str]]
+
+
+def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[Found, Found]:
+    """The ``Input Dims`` and ``Input Strides`` values in a block's text, each as (event index, code, texts).
 
     ``ends`` holds the position that ends each event but the last (a newline or a
     blanked separator comma), so an event's index is the number of ends before it.
+    Both keys start ``"Input ``: one look for their ``I`` serves the two.
     """
-    empty = np.empty(0, np.int64)
     n = text.size
     quote = find_byte(text, 73) - 1  # the 'I' of "Input
     quote = quote[(quote >= 0) & (quote + 16 < n)]
@@ -75,14 +82,27 @@ def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
         if j == 1:
             continue  # the 'I' itself
         quote = quote[text[quote + j] == byte]
-    quote = quote[(text[quote + 7] == 68) | (text[quote + 7] == 100)]  # Dims or dims
+    is_dims = (text[quote + 7] == 68) | (text[quote + 7] == 100)  # Dims or dims
+    dims, strides = quote[is_dims], quote[~is_dims]
     for j, byte in enumerate(b'ims"', start=8):
-        quote = quote[text[quote + j] == byte]
+        dims = dims[text[dims + j] == byte]
+    for j, byte in enumerate(b'Strides"', start=7):
+        strides = strides[text[strides + j] == byte]
+    return (
+        _find_values(text, ends, dims, 12, "Input Dims", _decode_dims),
+        _find_values(text, ends, strides, 15, "Input Strides", _decode_strides),
+    )
+
+
+def _find_values(text: np.ndarray, ends: np.ndarray, quote: np.ndarray, key_len: int, label: str, decode) -> Found:
+    """(event index, code, texts) of the list values after the keys at ``quote`` (``key_len`` bytes each)."""
+    empty = np.empty(0, np.int64)
     if quote.size == 0:
         return empty, empty, []
+    n = text.size
     # After the key: optional blanks, a colon, optional blanks, then the value.
     last = n - 1
-    value = quote + 12
+    value = quote + key_len
     for _ in range(2):
         value += _BLANK[text[np.minimum(value, last)]]
     has_colon = text[np.minimum(value, last)] == 58
@@ -106,17 +126,18 @@ def find_dims(text: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarra
     codes = np.zeros(rows.size, np.int64)
     keep = np.ones(rows.size, bool)
     texts: list[str] = []
+    head = label + " "
     if balanced.any():
         good = np.flatnonzero(balanced)
         got, first, data, offsets = encode_slices(text, value[good], close[good] + 1)
         for i in first.tolist():
             raw = _SPACE.sub(b"", data[offsets[i] : offsets[i + 1]].tobytes()).replace(b",", b", ")
-            texts.append("Input Dims " + raw.decode("ascii"))
+            texts.append(head + raw.decode("ascii"))
         codes[good] = got
-        keep[good] = np.asarray([t != "Input Dims []" for t in texts], bool)[got]  # an empty list says nothing
+        keep[good] = np.asarray([t != head + "[]" for t in texts], bool)[got]  # an empty list says nothing
     seen = {t: i for i, t in enumerate(texts)}
     for i in np.flatnonzero(~balanced).tolist():
-        detail = _decode_one(text, ends, int(rows[i]))
+        detail = _decode_one(text, ends, int(rows[i]), decode)
         if detail is None:
             keep[i] = False
             continue
@@ -146,7 +167,7 @@ def _value_ends(text: np.ndarray, value: np.ndarray, width: int) -> np.ndarray:
     return np.where(run >= width, -2, out)
 
 
-def _decode_one(text: np.ndarray, ends: np.ndarray, row: int) -> str | None:
+def _decode_one(text: np.ndarray, ends: np.ndarray, row: int, decode) -> str | None:
     """The detail of one event whose value the byte scan could not settle, or None."""
     lo = int(ends[row - 1]) + 1 if row > 0 else 0
     hi = int(ends[row]) if row < ends.size else text.size
@@ -157,5 +178,24 @@ def _decode_one(text: np.ndarray, ends: np.ndarray, row: int) -> str | None:
     args = event.get("args") if isinstance(event, dict) else None
     if not isinstance(args, dict):
         return None
+    return decode(args)
+
+
+def _decode_dims(args: dict) -> str | None:
     value = args.get("Input Dims", args.get("Input dims"))
     return dims_text(value) if value else None
+
+
+def _decode_strides(args: dict) -> str | None:
+    return list_text("Input Strides", args.get("Input Strides"))
+
+
+def list_text(key: str, value) -> str | None:
+    """``Input Strides [[2048, 1], []]``: a non-empty list argument as JSON, which is the byte scan's text
+    for lists of integers; None when empty, not a list, or nested past ``DIMS_DEPTH_LIMIT``."""
+    if not isinstance(value, list) or not value or _depth(value) > DIMS_DEPTH_LIMIT:
+        return None
+    try:
+        return f"{key} {json.dumps(_plain(value))}"
+    except (TypeError, ValueError):
+        return None

@@ -62,7 +62,9 @@ INT_ARGS = ("correlation", "bytes", "device", "stream", "registers per thread", 
 COLL_INTS = ("In msg nelems", "Out msg nelems", "Group size")
 COLL_STRS = ("Collective name", "Process Group Name")
 LIST_ARGS = ("grid", "block")
-FLOAT_ARGS = ("est. achieved occupancy %",)
+FLOAT_ARGS = ("est. achieved occupancy %", "flops")  # flops: ``with_flops``, on CPU ops (``opdetail``)
+# A recorded op's string-list args (``record_shapes``), kept in its detail for the floor (``opdetail``).
+OP_STR_LISTS = ("Input type", "Concrete Inputs")
 _S, _I = pa.string(), pa.int64()
 
 
@@ -88,6 +90,7 @@ def schema(scale: int = 3, twins: frozenset[str] = frozenset()) -> pa.Schema:
         ("name", _S),
         *[(k, _I) for k in COLL_INTS],
         *[(k, _S) for k in COLL_STRS],
+        *[(k, pa.list_(_S)) for k in OP_STR_LISTS],
         *[(twin(k), _S) for k in (*INT_ARGS, *LIST_ARGS, *FLOAT_ARGS) if k in twins],
     ]
     top = [("ph", _S), ("cat", _S), ("name", _S), ("pid", _I), ("tid", _I)]

@@ -16,7 +16,7 @@ from decimal import Decimal
 import numpy as np
 
 from gaplens.loaders.kineto.context import Block, Context, lane_codes, note_metadata
-from gaplens.loaders.kineto.dims import dims_text
+from gaplens.loaders.kineto.dims import dims_text, list_text
 from gaplens.loaders.kineto.fields import (
     CATEGORIES,
     COPY_KINDS,
@@ -27,6 +27,7 @@ from gaplens.loaders.kineto.fields import (
     memcpy_kind,
     stream_of,
 )
+from gaplens.loaders.kineto.opdetail import flops_value, op_detail, string_list
 from gaplens.loaders.model import Kind, LaneKind
 from gaplens.loaders.syncs import sync_detail
 from gaplens.loaders.validate import as_int, time_ns
@@ -97,7 +98,13 @@ def from_lines(ctx: Context, ndjson: bytes) -> Block:
             a, b = ctx.host_id(pid if pid is not None else 0), ctx.host_id(tid if tid is not None else 0)
             dims = args.get("Input Dims", args.get("Input dims"))
             if dims:
-                detail = dims_text(dims)
+                detail = op_detail(
+                    dims_text(dims),
+                    string_list(args.get("Input type")),
+                    string_list(args.get("Concrete Inputs")),
+                    list_text("Input Strides", args.get("Input Strides")),
+                    flops_value(args.get("flops")),
+                )
         lane_kind.append(int(lk))
         a_col.append(a)
         b_col.append(b)
