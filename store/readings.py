@@ -140,9 +140,15 @@ def _allowed_type(kind: type) -> bool:
 _SCALARS = frozenset({int, str, float, bool, type(None)})
 
 
+#: Objects written between two looks at the payload's size (``_Pickler``'s limit): a look costs a call, a
+#: block of this many objects ~1 ms.
+_SIZE_EVERY = 4096
+
+
 class _Pickler(pickle.Pickler):
-    def __init__(self, fh: io.BytesIO, trace: Trace) -> None:
+    def __init__(self, fh: io.BytesIO, trace: Trace, limit: float = float("inf")) -> None:
         super().__init__(fh, protocol=5)
+        self._fh, self._limit, self._written = fh, limit, 0
         self._refs = {id(obj): key for key, obj in _parts(trace).items()}
         self._seen: set[type] = set()
 
@@ -151,6 +157,11 @@ class _Pickler(pickle.Pickler):
         # always allowed, leave at once.
         if type(obj) in _SCALARS:
             return None
+        self._written += 1
+        # A payload already past what ``keep`` would keep is refused now, not once it is whole: a list of 100k
+        # phases computed in 14 ms took 0.36 s to pickle, on every run, to be thrown away.
+        if self._written % _SIZE_EVERY == 0 and self._fh.tell() > self._limit:
+            raise _Refused(f"over {self._limit:.0f} bytes")
         ref = self._refs.get(id(obj))
         if ref is not None:
             return ref
@@ -231,7 +242,8 @@ def keep(trace: Trace, reading: str, value: Any, compute_s: float) -> bool:
             return False
         path, header = place
         buffer = io.BytesIO()
-        _Pickler(buffer, trace).dump(value)
+        limit = min(MAX_BYTES, compute_s / 2 * READ_BACK_BYTES_PER_S)  # the largest payload kept
+        _Pickler(buffer, trace, limit).dump(value)
         payload = buffer.getbuffer()
         if payload.nbytes > MAX_BYTES or payload.nbytes / READ_BACK_BYTES_PER_S > compute_s / 2:
             return False
