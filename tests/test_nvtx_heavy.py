@@ -230,7 +230,37 @@ def test_a_reading_over_its_budget_is_refused_before_it_is_whole(export, tmp_pat
     monkeypatch.setattr(readings._Pickler, "persistent_id", spy)
     monkeypatch.setattr(readings, "_SIZE_EVERY", 1)
     monkeypatch.setattr(readings, "MIN_COMPUTE_S", 0.0)
+    monkeypatch.setattr(readings, "READ_BACK_S_PER_OBJECT", 0.0)  # the bytes alone
     budget_s = 2 * 10_000 / readings.READ_BACK_BYTES_PER_S  # 10 kB may be kept
     assert not readings.keep(trace, "test.big", found, compute_s=budget_s)
     assert 10_000 < max(written) < 10_000 + 70_000  # stopped within a pickle frame (64 KiB) of the limit
     assert not readings.recall(trace, "test.big")[0]
+
+
+def test_a_reading_is_kept_only_when_its_objects_read_back_in_time(export, tmp_path, monkeypatch):
+    """Phases pickle as columns (few bytes) but read back one object each: a reading whose objects would take
+    longer to rebuild than half its compute time is refused before its columns are even built."""
+    import pickle
+
+    from gaplens.store import readings
+
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))  # the session's keeper, on for this test
+    monkeypatch.delenv(readings.ENV, raising=False)
+    monkeypatch.setattr(readings, "MIN_COMPUTE_S", 0.0)
+    trace = load(str(export))
+    found = phases(trace)
+    by_bytes = len(pickle.dumps(found, protocol=5)) / readings.READ_BACK_BYTES_PER_S
+    by_objects = len(found) * readings.READ_BACK_S_PER_OBJECT
+    assert by_objects / 2 > by_bytes  # the bytes alone would pass the first budget below
+    reduced = []
+    real = PhaseList.__reduce__
+
+    def spy(self):
+        reduced.append(len(self))
+        return real(self)
+
+    monkeypatch.setattr(PhaseList, "__reduce__", spy)
+    assert not readings.keep(trace, "test.slow", found, compute_s=2 * (by_bytes + by_objects / 2))
+    assert reduced == []  # refused before its columns were built
+    assert readings.keep(trace, "test.fast", found, compute_s=3 * (by_bytes + by_objects))
+    assert reduced == [len(found)]
