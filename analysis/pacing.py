@@ -213,8 +213,16 @@ def _op_columns(trace: Trace, t0: np.ndarray, t1: np.ndarray, dev: list[int | No
 
 
 def _pct(part: np.ndarray, dur: np.ndarray) -> list[float]:
-    """``round(100 * part / dur, 2)`` each, as Python rounds (numpy's ``round`` differs at halves); zero is zero."""
-    return [x and round(x, 2) for x in (100.0 * part / dur).tolist()]
+    """``round(100 * part / dur, 2)`` each."""
+    return _rounded(100.0 * part / dur, 2)
+
+
+def _rounded(x: np.ndarray, digits: int) -> list[float]:
+    """``round(v, digits)`` of each value as Python rounds it (numpy's ``round`` differs at halves), once per
+    distinct value: 100k phases' shares repeat (0.0, 100.0, the same few op counts)."""
+    values, inverse = np.unique(x, return_inverse=True)
+    done = np.asarray([round(v, digits) for v in values.tolist()], np.float64)
+    return done[inverse.reshape(-1)].tolist()
 
 
 def pacing_rows(
@@ -250,8 +258,7 @@ def pacing_rows(
         [early, 4, 5, 6],
         7,
     ).tolist()
-    launch_pct = [round(x, 1) for x in (100.0 * launch_bound).tolist()]
-    device_pct = [round(x, 1) for x in (100.0 * device_bound).tolist()]
+    launch_pct, device_pct = _rounded(100.0 * launch_bound, 1), _rounded(100.0 * device_bound, 1)
     ops_l, has_l, clamped_l, op_l = (c[k].tolist() for k in ("ops", "has", "clamped", "median_op"))
     p10_l, median_l, p90_l, max_l = (c[q].tolist() for q in ("p10", "median", "p90", "max"))
     out = []
