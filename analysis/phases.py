@@ -107,7 +107,9 @@ _NAME = attrgetter("name")
 
 def _int_columns(found: list[Phase], fields: tuple[str, ...]) -> np.ndarray:
     """(phases, fields) int64 matrix of integer fields, read in C (``attrgetter``; no Python loop per phase)."""
-    rows = map(attrgetter(*fields), found) if len(fields) > 1 else ((v,) for v in map(attrgetter(*fields), found))
+    if len(fields) == 1:
+        return np.fromiter(map(attrgetter(fields[0]), found), np.int64, len(found)).reshape(-1, 1)
+    rows = map(attrgetter(*fields), found)
     flat = np.fromiter(itertools.chain.from_iterable(rows), np.int64, len(found) * len(fields))
     return flat.reshape(len(found), len(fields))
 
@@ -398,17 +400,18 @@ def phases_busy_ns(trace: Trace, found: list[Phase], part: str = "compute") -> n
 def _timed(trace: Trace, found: list[Phase]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(index, device of its lane, start, end) of the phases with a GPU span to read: non-empty, on a stream."""
     s, e = _span_columns(found)[:2]
-    lane = _lane_column(found)
+    lane = _column(found, "lane")
     idx = np.flatnonzero((e - s > 0) & (lane >= 0))
     lane_device = np.asarray([-1 if ln.device is None else ln.device for ln in trace.lanes] or [-1], np.int64)
     return idx, lane_device[lane[idx]], s[idx], e[idx]
 
 
-def _lane_column(found: list[Phase]) -> np.ndarray:
+def _column(found: list[Phase], field: str) -> np.ndarray:
+    """One integer field of every phase: a PhaseList's own column, else read from the phases."""
     ints = getattr(found, "_ints", None)
     if ints is not None and ints.shape[0] == len(found):
-        return ints[:, _INT_FIELDS.index("lane")]
-    return _int_columns(found, ("lane",)).reshape(-1)
+        return ints[:, _INT_FIELDS.index(field)]
+    return _int_columns(found, (field,)).reshape(-1)
 
 
 def family_labels(found: list[Phase]) -> dict[str, str]:
@@ -441,7 +444,7 @@ def fold_families(found: list[Phase], by_depth: bool = False) -> dict[tuple, lis
     label_of_name = np.asarray([labels.setdefault(label[n], len(labels)) for n in name_code], np.int64)
     code = label_of_name[np.fromiter(map(name_code.__getitem__, names), np.int64, len(names))]
     key = code  # (pid, [depth,] label) as one number, kept dense (below the phases' count) so it never overflows
-    for col in (_span_columns(found)[4], _int_columns(found, ("pid",)).reshape(-1))[0 if by_depth else 1 :]:
+    for col in (_span_columns(found)[4], _column(found, "pid"))[0 if by_depth else 1 :]:
         dense = np.unique(col, return_inverse=True)[1].reshape(-1)
         key = np.unique(dense * (int(key.max()) + 1) + key, return_inverse=True)[1].reshape(-1)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
