@@ -32,7 +32,7 @@ from gaplens.analysis.busy import compute_mask, device_splits
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.phases import Phase, int_column, phases
 from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import Trace
 
@@ -227,8 +227,8 @@ def _rounded(x: np.ndarray, digits: int) -> list[float]:
 
 def pacing_rows(
     trace: Trace,
-    t0: Sequence[int],
-    t1: Sequence[int],
+    t0: Sequence[int] | np.ndarray,
+    t1: Sequence[int] | np.ndarray,
     names: Sequence[str],
     devices: Sequence[int | None],
     extra: dict[str, Sequence] | None = None,
@@ -312,12 +312,12 @@ VERDICTS = ("", "comm-bound", "copy-bound", "idle", "unknown", "cpu-bound", "dev
 def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
     """One pacing row per phase (its GPU span, on its device), in time order."""
     found = phases(trace) if found is None else found
-    lanes = trace.lanes
+    lane_device = [ln.device for ln in trace.lanes]
     return pacing_rows(
         trace,
-        [p.start_ns for p in found],
-        [p.end_ns for p in found],
+        int_column(found, "start_ns"),
+        int_column(found, "end_ns"),
         [p.name for p in found],
-        [lanes[p.lane].device if p.lane >= 0 else None for p in found],
-        {"depth": [p.depth for p in found], "pid": [p.pid for p in found]},
+        [lane_device[k] if k >= 0 else None for k in int_column(found, "lane").tolist()],
+        {"depth": int_column(found, "depth").tolist(), "pid": int_column(found, "pid").tolist()},
     )

@@ -400,13 +400,13 @@ def phases_busy_ns(trace: Trace, found: list[Phase], part: str = "compute") -> n
 def _timed(trace: Trace, found: list[Phase]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(index, device of its lane, start, end) of the phases with a GPU span to read: non-empty, on a stream."""
     s, e = _span_columns(found)[:2]
-    lane = _column(found, "lane")
+    lane = int_column(found, "lane")
     idx = np.flatnonzero((e - s > 0) & (lane >= 0))
     lane_device = np.asarray([-1 if ln.device is None else ln.device for ln in trace.lanes] or [-1], np.int64)
     return idx, lane_device[lane[idx]], s[idx], e[idx]
 
 
-def _column(found: list[Phase], field: str) -> np.ndarray:
+def int_column(found: list[Phase], field: str) -> np.ndarray:
     """One integer field of every phase: a PhaseList's own column, else read from the phases."""
     ints = getattr(found, "_ints", None)
     if ints is not None and ints.shape[0] == len(found):
@@ -444,7 +444,7 @@ def fold_families(found: list[Phase], by_depth: bool = False) -> dict[tuple, lis
     label_of_name = np.asarray([labels.setdefault(label[n], len(labels)) for n in name_code], np.int64)
     code = label_of_name[np.fromiter(map(name_code.__getitem__, names), np.int64, len(names))]
     key = code  # (pid, [depth,] label) as one number, kept dense (below the phases' count) so it never overflows
-    for col in (_span_columns(found)[4], _column(found, "pid"))[0 if by_depth else 1 :]:
+    for col in (_span_columns(found)[4], int_column(found, "pid"))[0 if by_depth else 1 :]:
         dense = np.unique(col, return_inverse=True)[1].reshape(-1)
         key = np.unique(dense * (int(key.max()) + 1) + key, return_inverse=True)[1].reshape(-1)
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
@@ -589,7 +589,15 @@ def chain(found: list[Phase], inner: Phase) -> list[Phase]:
 
 def by_process(found: list[Phase]) -> dict[int, list[Phase]]:
     """Phases grouped by their process (start order inside each), processes in order of first phase."""
+    if not found:
+        return {}
+    pid = int_column(found, "pid")
+    if (pid == pid[0]).all():  # one process (the usual case): the list itself, copied
+        return {found[0].pid: list(found)}
+    _, first, inverse = np.unique(pid, return_index=True, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")  # each process's phases together, in list order
+    bounds = np.r_[0, np.cumsum(np.bincount(inverse.reshape(-1), minlength=first.size))]
     out: dict[int, list[Phase]] = {}
-    for p in found:
-        out.setdefault(p.pid, []).append(p)
+    for g in np.argsort(first, kind="stable").tolist():  # processes in order of their first phase
+        out[found[int(first[g])].pid] = [found[k] for k in order[bounds[g] : bounds[g + 1]].tolist()]
     return out
