@@ -24,13 +24,15 @@ returned (graph launches, host/device clock skew) has lag 0.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import numpy as np
 
-from gaplens.analysis.busy import compute_mask, span_busy_ns
+from gaplens.analysis.busy import compute_mask, device_splits
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.gaps import CAUSES, gap_columns
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.phases import Phase, phases
+from gaplens.analysis.phases import Phase, int_column, phases
 from gaplens.analysis.words import MOSTLY
 from gaplens.loaders.model import Trace
 
@@ -101,73 +103,221 @@ def pacing_row(trace: Trace, t0: int, t1: int, name: str = "", device: int | Non
 
     ``device`` restricts the reading to one device (a phase's); all devices when None.
     """
+    return pacing_rows(trace, [t0], [t1], [name], [device])[0]
+
+
+def _widths(lo: np.ndarray, hi: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(members, gather index) per distinct width ``hi - lo`` > 0: the segments ``[lo, hi)`` of one width side by
+    side as rows of a matrix, so numpy's reductions along a row give what they give on the segment alone."""
+    width = np.maximum(hi - lo, 0)
+    order = np.argsort(width, kind="stable")
+    w_sorted = width[order]
+    cuts = np.flatnonzero(np.diff(w_sorted)) + 1
+    for members in np.split(order, cuts):
+        w = int(width[members[0]]) if members.size else 0
+        if w == 0:
+            continue
+        for a in range(0, members.size, max(1, _GATHER_BLOCK // w)):
+            m = members[a : a + max(1, _GATHER_BLOCK // w)]
+            yield m, lo[m, None] + np.arange(w)
+
+
+#: Elements gathered per block of equal-width segments (a few arrays of this many int64: ~32 MB each).
+_GATHER_BLOCK = 1 << 22
+
+
+def _busy_parts(trace: Trace, t0: np.ndarray, t1: np.ndarray, dev: list[int | None]) -> dict[str, np.ndarray]:
+    """``span_busy_ns`` of compute, communication and copies for every span, on its device (every device when None)."""
+    splits = device_splits(trace)
+    all_ids = [d.id for d in trace.meta.devices]
+    out = {part: np.zeros(t0.size, np.int64) for part in ("compute", "comm", "copy")}
+    positive = t1 > t0
+    for d in all_ids:
+        if d not in splits:
+            continue
+        on = np.asarray([x == d or x is None for x in dev], bool) & positive
+        if not on.any():
+            continue
+        for part, acc in out.items():
+            busy = getattr(splits[d], part)
+            acc[on] += busy.busy_before(t1[on]) - busy.busy_before(t0[on])
+    return out
+
+
+def _host_blank(trace: Trace, t0: np.ndarray, t1: np.ndarray, dev: list[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """``host_blank_ns`` of every span: (blank, host-caused) summed over its devices in ``trace.meta.devices`` order."""
+    regions = host_blank_by_device(trace)
+    blank = np.zeros(t0.size, np.float64)
+    host = np.zeros(t0.size, np.float64)
+    every = [x.id for x in trace.meta.devices]
+    for d in every + [d for d in regions if d not in every]:  # a span on every device adds them in this order
+        if d not in regions:
+            continue
+        on = np.flatnonzero(np.asarray([x == d or (x is None and d in every) for x in dev], bool))
+        if on.size == 0:
+            continue
+        s, e, h = regions[d]
+        a, b = t0[on], t1[on]
+        lo = np.searchsorted(e, a, side="right")
+        hi = np.searchsorted(s, b, side="left")
+        for m, at in _widths(lo, hi):
+            clip = np.maximum(np.minimum(e[at], b[m, None]) - np.maximum(s[at], a[m, None]), 0)
+            blank[on[m]] += clip.sum(axis=1)
+            host[on[m]] += (clip * h[at]).sum(axis=1)
+    return blank.astype(np.int64), host.astype(np.int64)
+
+
+def _op_columns(trace: Trace, t0: np.ndarray, t1: np.ndarray, dev: list[int | None]) -> dict[str, np.ndarray]:
+    """Per span, of the compute ops starting in it on its device: count, launch-bound and device-bound counts,
+    traced launches, clamped lags, the lag percentiles and the median op (-1 where there is none)."""
+    n = t0.size
+    cols = {k: np.zeros(n, np.int64) for k in ("ops", "launch", "device", "has", "clamped")}
+    for k in ("p10", "median", "p90", "max", "median_op"):
+        cols[k] = np.full(n, -1, np.int64)
     gr = graph(trace)
-    devices = [device] if device is not None else [d.id for d in trace.meta.devices]
-    # Compute only: copies and collectives set no pace.
-    none = np.empty(0, np.int64)
-    ops, starts = compute_ops_by_start(trace).get(device, (none, none))
-    lo, hi = np.searchsorted(starts, [t0, t1], side="left")
-    sel = ops[lo:hi]
-    row: dict = {"name": name, "start_ns": t0, "end_ns": t1, "ops": int(sel.size), "device": device}
-    dur = max(t1 - t0, 1) * max(len(devices), 1)
-    compute = span_busy_ns(trace, t0, t1, devices)
-    comm = span_busy_ns(trace, t0, t1, devices, "comm")
-    copy = span_busy_ns(trace, t0, t1, devices, "copy")
-    row["busy_pct"] = round(100.0 * compute / dur, 2)
-    row["comm_pct"] = round(100.0 * comm / dur, 2)
-    row["copy_pct"] = round(100.0 * copy / dur, 2)
-    blank, host = host_blank_ns(trace, t0, t1, devices)
-    row["host_blank_pct"] = round(100.0 * host / dur, 2)
-    if row["comm_pct"] > 100 * MOSTLY and row["busy_pct"] < 100 * MOSTLY:
-        row.update({"verdict": "comm-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
-        return row
-    if row["copy_pct"] > 100 * MOSTLY and row["busy_pct"] < 100 * MOSTLY:
-        row.update({"verdict": "copy-bound", "launch_bound_pct": 0.0, "lag_ns": {}})
-        return row
-    if sel.size == 0:
-        row.update({"verdict": "idle", "launch_bound_pct": 0.0, "lag_ns": {}})
-        return row
-    a = trace.launch[sel]
-    has = a >= 0
-    # An op can start before its launch call returns (graph launches, clocks of host and device a few
-    # hundred ns apart): no negative lag is printed, it is zero (row["clamped"] counts them).
-    raw_lag = trace.start_ns[sel][has] - trace.end_ns[a[has]]
-    row["clamped"] = int((raw_lag < 0).sum())
-    lag = np.maximum(raw_lag, 0)
-    b = gr.binding[sel]
-    launch_bound = float(np.mean(b == Edge.LAUNCH))
-    device_bound = float(np.mean(np.isin(b, (Edge.STREAM, Edge.WAIT))))
-    row["launch_bound_pct"] = round(100.0 * launch_bound, 1)
-    row["device_bound_pct"] = round(100.0 * device_bound, 1)
-    row["lag_ns"] = (
-        {
-            "p10": int(np.percentile(lag, 10)),
-            "median": int(np.median(lag)),
-            "p90": int(np.percentile(lag, 90)),
-            "max": int(lag.max()),
+    keys = np.asarray([-1 if d is None else d for d in dev], np.int64)
+    none_key = np.asarray([d is None for d in dev], bool)
+    for key, (ops, starts) in compute_ops_by_start(trace).items():
+        on = np.flatnonzero(none_key if key is None else (~none_key & (keys == key)))
+        if on.size == 0 or ops.size == 0:
+            continue
+        lo = np.searchsorted(starts, t0[on], side="left")
+        hi = np.maximum(np.searchsorted(starts, t1[on], side="left"), lo)
+        a = trace.launch[ops]
+        has = a >= 0
+        b = gr.binding[ops]
+        cum = {
+            "launch": np.r_[0, np.cumsum(b == Edge.LAUNCH)],
+            "device": np.r_[0, np.cumsum(np.isin(b, (Edge.STREAM, Edge.WAIT)))],
+            "has": np.r_[0, np.cumsum(has)],
         }
-        if lag.size
-        else {}
-    )
-    kd = trace.end_ns[sel] - trace.start_ns[sel]
-    row["median_op_ns"] = int(np.median(kd))
-    host_paced = host >= HOST_PACED_SHARE * dur and host > MOSTLY * blank
-    if not has.any():
-        row["verdict"] = "unknown"
-    elif host_paced or (launch_bound > MOSTLY and row["busy_pct"] < 100 * MOSTLY):
-        row["verdict"] = "cpu-bound"
-    elif device_bound > MOSTLY:
-        row["verdict"] = "device-paced"
-    else:
-        row["verdict"] = "mixed"
-    return row
+        cols["ops"][on] = hi - lo
+        for k, c in cum.items():
+            cols[k][on] = c[hi] - c[lo]
+        # Lags of the ops with a traced launch, in start order: a span's are a run of them.
+        raw_lag = trace.start_ns[ops[has]] - trace.end_ns[a[has]]
+        neg = np.r_[0, np.cumsum(raw_lag < 0)]
+        h_lo, h_hi = cum["has"][lo], cum["has"][hi]
+        cols["clamped"][on] = neg[h_hi] - neg[h_lo]
+        lag = np.maximum(raw_lag, 0)
+        for m, at in _widths(h_lo, h_hi):
+            rows = lag[at]
+            p10, p90 = np.percentile(rows, [10, 90], axis=1)
+            cols["p10"][on[m]], cols["p90"][on[m]] = p10.astype(np.int64), p90.astype(np.int64)
+            cols["median"][on[m]] = np.median(rows, axis=1).astype(np.int64)
+            cols["max"][on[m]] = rows.max(axis=1)
+        kd = trace.end_ns[ops] - trace.start_ns[ops]
+        for m, at in _widths(lo, hi):
+            cols["median_op"][on[m]] = np.median(kd[at], axis=1).astype(np.int64)
+    return cols
+
+
+def _pct(part: np.ndarray, dur: np.ndarray) -> list[float]:
+    """``round(100 * part / dur, 2)`` each."""
+    return _rounded(100.0 * part / dur, 2)
+
+
+def _rounded(x: np.ndarray, digits: int) -> list[float]:
+    """``round(v, digits)`` of each value as Python rounds it (numpy's ``round`` differs at halves), once per
+    distinct value: 100k phases' shares repeat (0.0, 100.0, the same few op counts)."""
+    values, inverse = np.unique(x, return_inverse=True)
+    done = np.asarray([round(v, digits) for v in values.tolist()], np.float64)
+    return done[inverse.reshape(-1)].tolist()
+
+
+def pacing_rows(
+    trace: Trace,
+    t0: Sequence[int] | np.ndarray,
+    t1: Sequence[int] | np.ndarray,
+    names: Sequence[str],
+    devices: Sequence[int | None],
+    extra: dict[str, Sequence] | None = None,
+) -> list[dict]:
+    """``pacing_row`` of many spans, all at once (a framework's NVTX range per layer per step is 100k phases:
+    one row at a time was 100k rounds of binary searches and percentiles, most of a report). ``extra``'s
+    columns close each row (``pacing``'s depth and pid)."""
+    s = np.asarray(t0, np.int64).reshape(-1)
+    e = np.asarray(t1, np.int64).reshape(-1)
+    dev = list(devices)
+    n_all = max(len(trace.meta.devices), 1)
+    dur = np.maximum(e - s, 1) * np.asarray([n_all if d is None else 1 for d in dev], np.int64)
+    busy = _busy_parts(trace, s, e, dev)
+    blank, host = _host_blank(trace, s, e, dev)
+    c = _op_columns(trace, s, e, dev)
+    busy_l, comm_l, copy_l, host_l = (_pct(x, dur) for x in (busy["compute"], busy["comm"], busy["copy"], host))
+    busy_r, comm_r, copy_r = (np.asarray(x, np.float64) for x in (busy_l, comm_l, copy_l))
+    ops = c["ops"]
+    most = 100 * MOSTLY
+    # Communication, copies or nothing filled the span: no op-level reading applies (codes 1-3).
+    early = np.select([(comm_r > most) & (busy_r < most), (copy_r > most) & (busy_r < most), ops == 0], [1, 2, 3], 0)
+    launch_bound = c["launch"] / np.maximum(ops, 1)  # as ``count / ops`` in Python: one correctly rounded division
+    device_bound = c["device"] / np.maximum(ops, 1)
+    host_paced = (host >= HOST_PACED_SHARE * dur) & (host > MOSTLY * blank)
+    code = np.select(
+        [early > 0, c["has"] == 0, host_paced | ((launch_bound > MOSTLY) & (busy_r < most)), device_bound > MOSTLY],
+        [early, 4, 5, 6],
+        7,
+    ).tolist()
+    launch_pct, device_pct = _rounded(100.0 * launch_bound, 1), _rounded(100.0 * device_bound, 1)
+    ops_l, has_l, clamped_l, op_l = (c[k].tolist() for k in ("ops", "has", "clamped", "median_op"))
+    p10_l, median_l, p90_l, max_l = (c[q].tolist() for q in ("p10", "median", "p90", "max"))
+    out = []
+    for k, (a, b, name, device, v) in enumerate(zip(s.tolist(), e.tolist(), names, dev, code, strict=True)):
+        if v < 4:
+            row: dict = {
+                "name": name,
+                "start_ns": a,
+                "end_ns": b,
+                "ops": ops_l[k],
+                "device": device,
+                "busy_pct": busy_l[k],
+                "comm_pct": comm_l[k],
+                "copy_pct": copy_l[k],
+                "host_blank_pct": host_l[k],
+                "verdict": VERDICTS[v],
+                "launch_bound_pct": 0.0,
+                "lag_ns": {},
+            }
+        else:
+            row = {
+                "name": name,
+                "start_ns": a,
+                "end_ns": b,
+                "ops": ops_l[k],
+                "device": device,
+                "busy_pct": busy_l[k],
+                "comm_pct": comm_l[k],
+                "copy_pct": copy_l[k],
+                "host_blank_pct": host_l[k],
+                "clamped": clamped_l[k],
+                "launch_bound_pct": launch_pct[k],
+                "device_bound_pct": device_pct[k],
+                "lag_ns": (
+                    {"p10": p10_l[k], "median": median_l[k], "p90": p90_l[k], "max": max_l[k]} if has_l[k] else {}
+                ),
+                "median_op_ns": op_l[k],
+                "verdict": VERDICTS[v],
+            }
+        out.append(row)
+    for key, column in (extra or {}).items():
+        for row, value in zip(out, column, strict=True):
+            row[key] = value
+    return out
+
+
+#: Verdicts by the codes ``pacing_rows`` computes them as (0 unused).
+VERDICTS = ("", "comm-bound", "copy-bound", "idle", "unknown", "cpu-bound", "device-paced", "mixed")
 
 
 def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
     """One pacing row per phase (its GPU span, on its device), in time order."""
     found = phases(trace) if found is None else found
-    return [
-        pacing_row(trace, p.start_ns, p.end_ns, p.name, trace.lanes[p.lane].device if p.lane >= 0 else None)
-        | {"depth": p.depth, "pid": p.pid}
-        for p in found
-    ]
+    lane_device = [ln.device for ln in trace.lanes]
+    return pacing_rows(
+        trace,
+        int_column(found, "start_ns"),
+        int_column(found, "end_ns"),
+        [p.name for p in found],
+        [lane_device[k] if k >= 0 else None for k in int_column(found, "lane").tolist()],
+        {"depth": int_column(found, "depth").tolist(), "pid": int_column(found, "pid").tolist()},
+    )

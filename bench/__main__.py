@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-SECTIONS = ("load", "reopen", "viewer", "nsys", "analysis", "render", "ranks", "whatif")
+SECTIONS = ("load", "reopen", "viewer", "nsys", "nvtx", "analysis", "render", "ranks", "whatif")
 
 
 def main(argv: list[str] | None = None) -> int:

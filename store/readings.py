@@ -44,6 +44,11 @@ MAX_BYTES = 1 << 30
 #: of a 1.26M-event trace unpickled in 109 ms on a loaded 2-core box): a reading whose payload would take
 #: longer than half its compute time to read back is not kept.
 READ_BACK_BYTES_PER_S = 300e6
+#: Seconds to rebuild one object when a kept reading is read back, beside its bytes: 100k NVTX phases (8 MB,
+#: 27 ms by bytes) took 0.2-0.6 s to read back on the 2-core box, about what computing them took, and a
+#: per-device copy of them (14 ms to compute) as long again. A reading is kept only when its bytes and its
+#: objects read back in under half its compute time.
+READ_BACK_S_PER_OBJECT = 1e-6
 _HEADER = struct.Struct("<I")  # length of the text header (token, code digest, reading, trace shape) after MAGIC
 _NAME = re.compile(r"[^A-Za-z0-9_.]")
 
@@ -140,17 +145,37 @@ def _allowed_type(kind: type) -> bool:
 _SCALARS = frozenset({int, str, float, bool, type(None)})
 
 
+#: Objects written between two looks at the payload's size (``_Pickler``'s budget): a look costs a call, a
+#: block of this many objects ~1 ms.
+_SIZE_EVERY = 4096
+
+
 class _Pickler(pickle.Pickler):
-    def __init__(self, fh: io.BytesIO | _Streamed, trace: Trace) -> None:
+    def __init__(self, fh: io.BytesIO | _Streamed, trace: Trace, budget_s: float = float("inf")) -> None:
         super().__init__(fh, protocol=5)
+        self._fh, self._budget_s = fh, budget_s
+        self.objects = 0  # objects the reading will rebuild when read back
         self._refs = {id(obj): key for key, obj in _parts(trace).items()}
         self._seen: set[type] = set()
+
+    def read_back_s(self) -> float:
+        """What reading the payload written so far back will cost: its bytes and its objects."""
+        return self._fh.tell() / READ_BACK_BYTES_PER_S + self.objects * READ_BACK_S_PER_OBJECT
 
     def persistent_id(self, obj: Any) -> str | None:
         # Called for every object written (millions for 100k NVTX phases): scalars, never a trace part and
         # always allowed, leave at once.
         if type(obj) in _SCALARS:
             return None
+        self.objects += 1
+        check = self.objects % _SIZE_EVERY == 0
+        if isinstance(obj, list) and type(obj) is not list:  # a list that pickles itself (as columns: PhaseList)
+            self.objects += len(obj)  # still rebuilds its items when read back
+            check = True
+        # A payload already past what ``keep`` would keep is refused now, not once it is whole: a list of 100k
+        # phases computed in 14 ms took 0.36 s to pickle, on every run, to be thrown away.
+        if check and (self.read_back_s() > self._budget_s or self._fh.tell() > MAX_BYTES):
+            raise _Refused(f"over {self._budget_s:.3f} s to read back")
         ref = self._refs.get(id(obj))
         if ref is not None:
             return ref
@@ -240,7 +265,10 @@ def keep(trace: Trace, reading: str, value: Any, compute_s: float) -> bool:
             at = fh.tell()
             fh.write(bytes(_DIGEST_BYTES))  # the payload's digest, once it is known
             out = _Streamed(fh, limit)
-            _Pickler(out, trace).dump(value)
+            pickler = _Pickler(out, trace, compute_s / 2)
+            pickler.dump(value)
+            if pickler.read_back_s() > compute_s / 2:  # its objects, beside its bytes: refused, no file left
+                raise _TooBig(f"{pickler.read_back_s():.3f} s to read back")
             fh.seek(at)
             fh.write(out.sha.digest())
 
@@ -268,6 +296,10 @@ class _Streamed:
     def __init__(self, fh: BinaryIO, limit: float) -> None:
         self.fh, self.limit, self.size = fh, limit, 0
         self.sha = hashlib.sha256()
+
+    def tell(self) -> int:
+        """Bytes of payload written so far (``_Pickler`` looks at it as it goes)."""
+        return self.size
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")

@@ -14,7 +14,7 @@ from bench import children
 from gaplens.loaders import load
 
 DATA = Path(__file__).parent / "data"
-SECTIONS = ("load", "reopen", "viewer", "nsys", "analysis", "render", "ranks", "whatif", "fuzz")
+SECTIONS = ("load", "reopen", "viewer", "nsys", "nvtx", "analysis", "render", "ranks", "whatif", "fuzz")
 
 
 @pytest.mark.parametrize("name", SECTIONS)

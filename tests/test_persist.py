@@ -36,6 +36,7 @@ def trace_file(tmp_path, monkeypatch):
     monkeypatch.delenv(persist.ENV, raising=False)
     monkeypatch.setattr(persist, "MIN_COMPUTE_S", 0.0)
     monkeypatch.setattr(persist, "READ_BACK_BYTES_PER_S", float("inf"))
+    monkeypatch.setattr(persist, "READ_BACK_S_PER_OBJECT", 0.0)
     path = tmp_path / "rank0.json.gz"
     shutil.copyfile(DATA / "ddp_straggler_rank0.json.gz", path)
     memo.clear()

@@ -5,6 +5,7 @@ smells ask them for every finding at once, and ``innermost`` is the same rule fo
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,32 @@ def test_blocks_cover_every_query_when_the_matrix_is_split(monkeypatch):
     assert holding_share_each(found, t0, t0 + 1, 0.5).all()
 
 
+@pytest.mark.parametrize("block", [1, 3, 64])
+def test_queries_are_asked_against_the_phases_near_them_in_blocks(monkeypatch, block):
+    """Queries sorted in time, asked a block at a time against only the phases near the block (issue 31: 700
+    findings x 92k nested phases): the answers are the one-interval rules', far phases and reversed
+    intervals included."""
+    monkeypatch.setattr(ph, "_NEAR_BLOCK", block)
+    rng = np.random.default_rng(31)
+    found = []
+    for k in range(120):
+        ha = int(rng.integers(0, 5_000))
+        hb = ha + int(rng.integers(0, 400))
+        a = ha + int(rng.integers(-50, 100))
+        found.append(Phase(f"p{k}", ha, hb, a, max(a, hb + int(rng.integers(-100, 300))), int(rng.integers(0, 4)), k))
+    found.append(Phase("whole", 0, 6_000, 0, 6_000, 0, 120))  # one long phase near every query
+    t0 = rng.integers(-200, 6_200, 300)
+    t1 = t0 + rng.integers(-50, 500, 300)
+    t1[::7] = t0[::7]  # instants
+    got = innermost_each(found, t0, t1)
+    for k, (a, b) in enumerate(zip(t0.tolist(), t1.tolist(), strict=True)):
+        want = _innermost_by_loop(found, a, b)
+        assert (found[got[k]] if got[k] >= 0 else None) is want, (a, b)
+    for share in (0.5, 1.0, 0.0):
+        held = holding_share_each(found, t0, t1, share).tolist()
+        assert held == [_holds_share(found, a, b, share) for a, b in zip(t0.tolist(), t1.tolist(), strict=True)]
+
+
 # ---- the marker clock, many ranges at once (issue 31: 100k NVTX ranges took seconds one by one) -----
 
 
@@ -126,6 +153,7 @@ def test_phases_timed_at_once_equal_one_at_a_time():
         clock = ph.marker_clock(trace)
         for p in found:
             lane, n_ops = _stream_for_one(clock, p.pid, p.host_start_ns, p.host_end_ns)
+            assert clock.stream_for(p.pid, p.host_start_ns, p.host_end_ns) == (lane, n_ops)  # the one-range form
             device = trace.lanes[lane].device if n_ops and lane >= 0 else None
             want = (_at_one(clock, lane, p.host_start_ns), _at_one(clock, lane, p.host_end_ns), lane, device)
             assert (p.start_ns, p.end_ns, p.lane, p.device) == want, (name, p)
