@@ -9,6 +9,7 @@ saved answers, are quoted under their steps.
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 import numpy as np
 
@@ -86,7 +87,8 @@ def pacing_table(trace: Trace) -> list[str]:
         verdicts = [r["verdict"] for r in members]
         # The most common verdict; a tie goes to the one its earliest member read (a set's order, as it
         # was, changed with the interpreter's string hashing: generate ×2 read device-paced or cpu-bound).
-        verdict = max(verdicts, key=verdicts.count)
+        counts = Counter(verdicts)  # in order of first appearance: max keeps the earliest of a tie
+        verdict = max(counts, key=counts.__getitem__)
         lags = [r["lag_ns"]["median"] for r in members if r["lag_ns"]]
         lag = fmt_ns(int(np.median(lags))) if lags else "–"
         busy = family_pct([r["busy_pct"] for r in members], spans)
