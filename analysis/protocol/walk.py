@@ -25,6 +25,7 @@ from gaplens.analysis.phases import (
     fold_families,
     innermost,
     phases,
+    phases_busy_ns,
     phases_busy_pct,
 )
 from gaplens.analysis.protocol.experiment import KERNEL_BOUND_PCT, Experiment, experiment, gap_steps
@@ -255,13 +256,14 @@ class Walkthrough:
         groups = by_process(self.phases)
         fams = fold_families(self.phases)
         busy = phases_busy_pct(self.trace, self.phases)
+        copy = phases_busy_ns(self.trace, self.phases, "copy")
         dur = np.asarray([p.dur_ns for p in self.phases], np.int64)
         for pid in groups:
             prefix = f"[{pid}] " if len(groups) > 1 else ""
             mine = [(fam, at) for (p_pid, fam), at in fams.items() if p_pid == pid]
             for fam, at in mine[:MAX_FAMILY_VERDICTS]:
                 d = int(dur[at].sum())
-                c = sum(self._copy_ns(self.phases[k]) for k in at)
+                c = int(copy[at].sum())
                 b = family_pct(busy[at], dur[at]) if at else 0.0
                 if d > 0 and c >= MOSTLY * d:  # copy_in: "mostly copying", not "mostly waiting"
                     facts.append(f"{prefix}{fam}: mostly copying: {100 * c / d:.0f}% copying, {b:.0f}% computing")
@@ -271,12 +273,6 @@ class Walkthrough:
             if not m.original and m.end_ns > m.start_ns:  # the ranges the user marked count too
                 facts.append(f"{m.name} (yours): {busy_verdict(self._compute_pct(m.start_ns, m.end_ns))}")
         return self._make(3, facts[:MAX_ZOOM_OUT_FACTS], View(window_ns=self.window_ns, show_phases=True))
-
-    def _copy_ns(self, p: Phase) -> int:
-        """Time copies ran on the phase's device inside its GPU span."""
-        if p.lane < 0 or p.dur_ns <= 0:
-            return 0
-        return span_busy_ns(self.trace, p.start_ns, p.end_ns, [self.trace.lanes[p.lane].device], "copy")
 
     def _compute_pct(self, t0: int, t1: int) -> float:
         busy = span_busy_ns(self.trace, t0, t1, [d.id for d in self.share.devices])
