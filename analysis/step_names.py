@@ -7,6 +7,7 @@ this module, and ``steps`` stands on ``phases``.
 
 from __future__ import annotations
 
+import functools
 import re
 
 #: A name with a trailing count separated from it (optionally followed by a parenthesised tag:
@@ -16,6 +17,12 @@ NUMBERED = re.compile(r"^(?P<prefix>.*?\S)(?:\s*[#_.:-]\s*|\s+)(?P<n>\d+)(?P<suf
 PROFILER_STEP = re.compile(r"^ProfilerStep#(?P<n>\d+)$")
 
 
+#: Distinct names remembered by ``numbered`` and ``family``: 100k NVTX ranges carry a few hundred names, and
+#: the smells' roll-up, the steps and the levers asked the regular expression once per range (400k matches).
+NAMES_REMEMBERED = 1 << 16
+
+
+@functools.lru_cache(maxsize=NAMES_REMEMBERED)
 def numbered(name: str) -> tuple[str, int] | None:
     """(family, count) of a numbered name, None when the name carries no separated count."""
     m = NUMBERED.match(name.strip())
@@ -24,6 +31,7 @@ def numbered(name: str) -> tuple[str, int] | None:
     return (m.group("prefix") + (m.group("suffix") or "")).strip(), int(m.group("n"))
 
 
+@functools.lru_cache(maxsize=NAMES_REMEMBERED)
 def family(name: str) -> str:
     """The name with its trailing count dropped (``decode_step 7`` -> ``decode_step``), for display."""
     hit = numbered(name)
