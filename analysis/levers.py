@@ -427,10 +427,17 @@ def _phase_holding(trace: Trace, idx: np.ndarray) -> str:
     if idx.size == 0:
         return ""
     t = np.sort(trace.start_ns[idx])
+    found = phases(trace)
+    hs = np.fromiter((p.host_start_ns for p in found), np.int64, len(found))
+    he = np.fromiter((p.host_end_ns for p in found), np.int64, len(found))
+    inside = (np.searchsorted(t, he, "right") - np.searchsorted(t, hs, "left")).tolist()
+    fams: dict[str, str] = {}  # name -> family, once per name
     held: dict[str, list[int]] = {}  # family -> [events inside, depth]
-    for p in phases(trace):
-        n = int(np.searchsorted(t, p.host_end_ns, "right") - np.searchsorted(t, p.host_start_ns, "left"))
-        acc = held.setdefault(family(p.name), [0, p.depth])
+    for p, n in zip(found, inside, strict=True):
+        fam = fams.get(p.name)
+        if fam is None:
+            fam = fams[p.name] = family(p.name)
+        acc = held.setdefault(fam, [0, p.depth])
         acc[0] += n
         acc[1] = max(acc[1], p.depth)
     ok = [(depth, name) for name, (n, depth) in held.items() if n >= PHASE_HOLDS_SHARE * idx.size]
