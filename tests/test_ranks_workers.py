@@ -1,0 +1,92 @@
+"""A job's per-rank tasks past one process: Dask batches of ranks, a Dask worker's heap, pool and Dask alike."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gaplens.analysis.job.run import BATCH_BYTES, BATCH_FILES, TASKS_PER_THREAD, batches
+from gaplens.loaders.job import JobFile
+from gaplens.tui.cli import main
+
+needs_dask = pytest.mark.skipif(
+    importlib.util.find_spec("distributed") is None, reason="dask.distributed not installed"
+)
+
+
+def _files(tmp_path, sizes: list[int]) -> list[JobFile]:
+    out = []
+    for k, size in enumerate(sizes):
+        path = tmp_path / f"rank{k}.json.gz"
+        with open(path, "wb") as fh:
+            fh.truncate(size)  # sparse: only the size is read
+        out.append(JobFile(str(path), "kineto", ""))
+    return out
+
+
+def test_batches_cover_every_file_once_in_order(tmp_path):
+    """1,000 small ranks on 2 threads: batches of at most ``BATCH_FILES``, at least ``TASKS_PER_THREAD`` per
+    thread; a file larger than ``BATCH_BYTES`` goes alone; 3 files on 8 threads, one each."""
+    runs = batches(_files(tmp_path, [180_000] * 1000), threads=2)
+    assert [k for a, b in runs for k in range(a, b)] == list(range(1000))
+    assert max(b - a for a, b in runs) == BATCH_FILES and len(runs) >= 2 * TASKS_PER_THREAD
+    sizes = [100_000, BATCH_BYTES + 1, 100_000, 100_000, 5 << 20, 5 << 20]
+    runs = batches(_files(tmp_path, sizes), threads=1)
+    assert (1, 2) in runs  # the big file alone
+    assert (4, 5) in runs and (5, 6) in runs  # two 5 MB files are more than one batch's bytes
+    assert batches(_files(tmp_path, [1000] * 3), threads=8) == [(0, 1), (1, 2), (2, 3)]
+    assert batches([], threads=2) == []
+
+
+def test_a_dask_workers_pinned_heap_is_unpinned_while_ranks_are_read():
+    """A Dask nanny starts workers with ``MALLOC_TRIM_THRESHOLD_`` set, which freezes glibc's mmap threshold:
+    each 1 MB array is mapped and its pages faulted in again. Inside ``_unpinned_heap`` they are reused."""
+    script = textwrap.dedent(
+        """
+        import resource, numpy as np
+        from gaplens.analysis.job.run import _unpinned_heap
+
+        def faults():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            for _ in range(40):
+                a = np.ones(1 << 17)  # 1 MB
+                del a
+            return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+        pinned = faults()
+        with _unpinned_heap():
+            inside = faults()
+        print(pinned, inside, faults())
+        """
+    )
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    pinned, inside, after = map(int, out.stdout.split())
+    assert pinned >= 40 * 200  # 256 pages a MB, every time
+    assert inside < pinned / 10
+    assert after >= 40 * 200  # the worker's own setting is back
+
+
+@needs_dask
+@pytest.mark.slow
+def test_pool_and_dask_read_the_same_synthetic_job(tmp_path, capsys):
+    """12 synthetic ranks (``bench.rankscale``: the real DDP rank under 12 ranks, hosts of 8 seconds apart, the
+    real straggling rank planted at 5): the process pool and a Dask LocalCluster (batches of ranks) print the
+    same ``ranks --json``, and both name the planted rank."""
+    from bench.rankscale import synthesise
+
+    synthesise(tmp_path, 12, 5)
+    rc, pool, _ = main(["ranks", str(tmp_path), "--json", "--workers", "2"]), *capsys.readouterr()
+    assert rc == 0
+    rc, dask, _ = main(["ranks", str(tmp_path), "--json", "--dask", "local:2"]), *capsys.readouterr()
+    assert rc == 0
+    doc = json.loads(pool)
+    assert json.loads(dask) == doc
+    assert doc["straggler"]["rank"] == 5 and doc["straggler"]["cause"] == "host"
+    assert len(doc["ranks"]) == 12 and doc["clock_offsets_ns"]["8"] != 0  # the second host's clock was aligned
