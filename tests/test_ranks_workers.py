@@ -90,3 +90,33 @@ def test_pool_and_dask_read_the_same_synthetic_job(tmp_path, capsys):
     assert json.loads(dask) == doc
     assert doc["straggler"]["rank"] == 5 and doc["straggler"]["cause"] == "host"
     assert len(doc["ranks"]) == 12 and doc["clock_offsets_ns"]["8"] != 0  # the second host's clock was aligned
+
+
+def _fail_second(paths: list[str], start: int, use_cache: bool = True):
+    """A Dask task that dies on the batch of the second file, as a worker out of memory would."""
+    if start == 1:
+        raise MemoryError("worker out of memory")
+    from gaplens.analysis.job.run import rank_task
+
+    return [rank_task(p, start + k, use_cache) for k, p in enumerate(paths)]
+
+
+@needs_dask
+def test_a_failed_dask_task_loses_its_files_not_the_job(monkeypatch):
+    """The task of rank 1's file fails on the cluster: one warning line names the file and why; rank 0 is read."""
+    from dask.distributed import LocalCluster
+
+    import gaplens.analysis.job.run as jobrun
+    from tests.test_ranks import pair
+
+    monkeypatch.setattr(jobrun, "rank_batch", _fail_second)  # in-process workers look the task up here
+    said: list[str] = []
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", dashboard_address=None
+    ) as cluster:
+        job = jobrun.open_job(pair("ddp_straggler"), dask=cluster.scheduler_address, warn=said.append)
+    assert [r.rank for r in job.rows] == [0]
+    failed = [line for line in said if "rank1" in line]
+    assert failed == [
+        f"{pair('ddp_straggler')[1]}: the Dask task reading it failed (MemoryError: worker out of memory)"
+    ]

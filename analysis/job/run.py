@@ -70,9 +70,7 @@ def rank_task(path: str, index: int, use_cache: bool = True, one_core: bool = Fa
         readings = read_ranks(trace, index)
         if not readings:
             return TaskResult(index, path, error=f"{path}: no GPU work, so no rank")
-        return TaskResult(
-            index, path, readings, cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall
-        )
+        return TaskResult(index, path, readings, cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
     except TraceError as exc:
         text = str(exc)
         return TaskResult(index, path, error=text if path in text else f"{path}: {text}")
@@ -311,10 +309,13 @@ def run_dask(files: list[JobFile], address: str, warn: Callable[[str], None] | N
             if isinstance(result, list):
                 yield from result
                 continue
-            a, b = run_of[fut.key]  # the task failed (its worker died, or was killed): its ranks are lost, not the job
-            why = type(result[1]).__name__ if isinstance(result, tuple) and len(result) > 1 else "error"
+            a, b = run_of[fut.key]
+            # A task that failed: its worker died or was killed, or the cluster runs another gaplens (the scheduler
+            # cannot unpickle the task). Its ranks are lost, not the job.
+            err = result[1] if isinstance(result, tuple) and len(result) > 1 else None
+            why = f"{type(err).__name__}: {shorten(' '.join(str(err).split()), 140)}" if err is not None else "error"
             for k in range(a, b):
-                yield TaskResult(k, paths[k], error=f"{paths[k]}: the Dask worker reading it failed ({why})")
+                yield TaskResult(k, paths[k], error=f"{paths[k]}: the Dask task reading it failed ({why})")
     finally:
         client.close()
         if cluster is not None:
