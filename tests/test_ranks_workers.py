@@ -30,16 +30,27 @@ def _files(tmp_path, sizes: list[int]) -> list[JobFile]:
     return out
 
 
-def test_batches_cover_every_file_once_in_order(tmp_path):
-    """1,000 small ranks on 2 threads: batches of at most ``BATCH_FILES``, at least ``TASKS_PER_THREAD`` per
-    thread; a file larger than ``BATCH_BYTES`` goes alone; 3 files on 8 threads, one each."""
-    runs = batches(_files(tmp_path, [180_000] * 1000), threads=2)
-    assert [k for a, b in runs for k in range(a, b)] == list(range(1000))
-    assert max(b - a for a, b in runs) == BATCH_FILES and len(runs) >= 2 * TASKS_PER_THREAD
-    sizes = [100_000, BATCH_BYTES + 1, 100_000, 100_000, 5 << 20, 5 << 20]
+def _check(runs: list[tuple[int, int]], sizes: list[int], threads: int) -> None:
+    """Every file once, in order; no run over ``BATCH_FILES``, nor over ``BATCH_BYTES`` unless one file is; the
+    last ``TASKS_PER_THREAD`` x ``threads`` files one task each."""
+    assert [k for a, b in runs for k in range(a, b)] == list(range(len(sizes)))
+    assert all(b - a <= BATCH_FILES for a, b in runs)
+    assert all(b - a == 1 or sum(sizes[a:b]) <= BATCH_BYTES for a, b in runs)
+    tail = min(len(sizes), TASKS_PER_THREAD * threads)
+    assert runs[-tail:] == [(k, k + 1) for k in range(len(sizes) - tail, len(sizes))]
+
+
+def test_batches_cover_every_file_once_and_shrink_to_single_files_at_the_end(tmp_path):
+    """1,000 small ranks on 2 threads: full batches of ``BATCH_FILES`` first, then fewer files a task, the last 8
+    one each. A file larger than ``BATCH_BYTES`` goes alone, and 5 MB files go one or so a task."""
+    sizes = [180_000] * 1000
+    runs = batches(_files(tmp_path, sizes), threads=2)
+    _check(runs, sizes, 2)
+    assert runs[0] == (0, BATCH_FILES) and len(runs) < 1000 // 8
+    sizes = [100_000] * 10 + [BATCH_BYTES + 1] + [100_000] * 50 + [5 << 20] * 4 + [100_000] * 35
     runs = batches(_files(tmp_path, sizes), threads=1)
-    assert (1, 2) in runs  # the big file alone
-    assert (4, 5) in runs and (5, 6) in runs  # two 5 MB files are more than one batch's bytes
+    _check(runs, sizes, 1)
+    assert (10, 11) in runs and runs[0] == (0, 10)  # the big file alone; the batch before it stops short of it
     assert batches(_files(tmp_path, [1000] * 3), threads=8) == [(0, 1), (1, 2), (2, 3)]
     assert batches([], threads=2) == []
 

@@ -140,24 +140,30 @@ def rank_batch(paths: list[str], start: int, use_cache: bool = True) -> list[Tas
 
 
 def batches(files: list[JobFile], threads: int) -> list[tuple[int, int]]:
-    """[start, stop) runs of files, each one Dask task: about ``BATCH_BYTES`` of trace files, at most
-    ``BATCH_FILES``, and at least ``TASKS_PER_THREAD`` tasks per worker thread where there are files for it."""
+    """[start, stop) runs of files, each one Dask task, in order, shrinking as the job ends.
+
+    Each run takes the files left over ``TASKS_PER_THREAD`` x ``threads`` (guided self-scheduling), at
+    most ``BATCH_FILES`` and about ``BATCH_BYTES`` of traces: big batches while many files are left,
+    then smaller, the last ``TASKS_PER_THREAD`` x ``threads`` files one task each, so the workers finish
+    together instead of one idling through another's last batch.
+    """
     sizes = []
     for f in files:
         try:
             sizes.append(os.stat(f.path).st_size)
         except OSError:
             sizes.append(0)  # its task says why
-    cap = max(1, min(BATCH_FILES, -(-len(files) // max(threads * TASKS_PER_THREAD, 1))))
+    share = max(threads * TASKS_PER_THREAD, 1)
     out: list[tuple[int, int]] = []
-    start, held = 0, 0
-    for k, size in enumerate(sizes):
-        if k > start and (k - start >= cap or held + size > BATCH_BYTES):
-            out.append((start, k))
-            start, held = k, 0
-        held += size
-    if start < len(sizes):
-        out.append((start, len(sizes)))
+    start = 0
+    while start < len(sizes):
+        cap = max(1, min(BATCH_FILES, (len(sizes) - start) // share))
+        stop, held = start + 1, sizes[start]
+        while stop < len(sizes) and stop - start < cap and held + sizes[stop] <= BATCH_BYTES:
+            held += sizes[stop]
+            stop += 1
+        out.append((start, stop))
+        start = stop
     return out
 
 
