@@ -8,9 +8,9 @@ machines), and jitter on each collective arrival (up to 0.3 ms later, the kernel
 did). ``light`` files keep the GPU work, CUDA calls and annotations (~3.3k events); ``full`` files
 keep every event (~11k), to show the coordinator's peak does not follow events per rank.
 
-Prints ranks/s on a local pool of 1 and 2 workers and on a Dask LocalCluster of 2 workers (each
-from a cold Arrow cache), the coordinator's peak (tracemalloc over ``open_job``), and whether the
-straggler was found.
+Prints ranks/s on a local pool of 1 and 2 workers and on a Dask LocalCluster of 2 workers (the
+workers parse every file: they use no trace cache), the coordinator's peak (tracemalloc over
+``open_job``), and whether the straggler was found. ``bench rankscale`` goes to 10,000 ranks.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
+import pytest
 
 from gaplens.tui import jobbars
 from gaplens.tui.keys import KEYS
@@ -169,5 +171,104 @@ def test_overview_without_colour(monkeypatch):
             svg = app.export_screenshot()
             assert "░" in svg and "█" in svg
             await pilot.press("q")
+
+    asyncio.run(body())
+
+
+def test_arrow_keys_move_the_cursor_in_a_list_longer_than_the_screen():
+    """60 ranks on a 24-line terminal: the list scrolls, and up / down / end / home / page keys still move the
+    cursor (the scroll view's own bindings would scroll the list and leave the cursor behind), keeping it on
+    screen."""
+    from tests.test_ranks_scale import synthetic
+
+    job = synthetic(60, straggler=7, slow=(), low=())
+
+    async def body() -> None:
+        app = JobApp(job)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            ov = app.overview
+            visible = ov.scrollable_content_region.height
+            assert 0 < visible < 60 and ov.cursor == 0
+
+            def on_screen() -> bool:
+                return ov.scroll_offset.y <= ov.cursor < ov.scroll_offset.y + visible
+
+            for _ in range(visible + 5):  # past the bottom of the screen: the list scrolls with the cursor
+                await pilot.press("down")
+            assert ov.cursor == visible + 5 and ov.scroll_offset.y > 0 and on_screen()
+            await pilot.press("up")
+            assert ov.cursor == visible + 4 and on_screen()
+            await pilot.press("end")
+            assert ov.cursor == 59 and on_screen()
+            await pilot.press("up", "up")
+            assert ov.cursor == 57 and on_screen()
+            await pilot.press("pageup")
+            assert ov.cursor == 57 - visible and on_screen()
+            await pilot.press("pagedown")
+            assert ov.cursor == 57 and on_screen()
+            await pilot.press("home")
+            assert ov.cursor == 0 and ov.scroll_offset.y == 0
+            await pilot.press("j", "j", "k")
+            assert ov.cursor == 1
+            await pilot.press("enter")
+        assert app.return_value == ("open", job.rows[1].row)
+
+    asyncio.run(body())
+
+
+class _Counted(list):
+    """A list that counts the walks over it: the overview must not walk every rank per frame or per key."""
+
+    walks = 0
+
+    def __iter__(self):
+        type(self).walks += 1
+        return super().__iter__()
+
+
+@pytest.mark.slow
+def test_overview_of_10000_ranks_draws_and_moves_without_walking_the_ranks():
+    """10,000 ranks (copies of the real DDP ranks' readings, the straggler at 6,000): the overview opens on the
+    straggler, draws only the rows on screen, and its keys (cursor, page, end, next / previous rank, straggler)
+    move the cursor without walking the job's rows, whatever the list's length."""
+    from tests.test_ranks_scale import synthetic
+
+    base = synthetic(10_000, straggler=6_000, slow=(), low=())
+    assert base.matched.ranks == sorted(base.matched.ranks)  # rows in rank order: neighbour() relies on it
+    job = dataclasses.replace(base, rows=_Counted(base.rows))
+    size = (140, 40)
+    drawn: list[int] = []
+    real = jobbars.row_classes
+
+    def counted_row_classes(j, row, edges):
+        drawn.append(row)
+        return real(j, row, edges)
+
+    async def body() -> None:
+        app = JobApp(job)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(jobbars, "row_classes", counted_row_classes)
+            async with app.run_test(size=size) as pilot:
+                await pilot.pause()
+                ov = app.overview
+                visible = ov.scrollable_content_region.height
+                assert job.matched.ranks[ov.row] == 6_000 and ov.cursor == 0
+                assert 0 < len(set(drawn)) <= visible  # the rows on screen, not 10,000
+                _Counted.walks = 0
+                await pilot.press("end")
+                assert ov.cursor == 9_999 and ov.scroll_offset.y >= 10_000 - visible
+                await pilot.press("pageup", "up")
+                assert ov.cursor == 9_999 - visible - 1
+                await pilot.press("r")
+                assert job.matched.ranks[ov.row] == job.matched.ranks[job.rows[9_999 - visible - 1].row] + 1
+                await pilot.press("S")
+                assert ov.cursor == 0 and job.matched.ranks[ov.row] == 6_000
+                await pilot.press("R")
+                assert job.matched.ranks[ov.row] == 5_999
+                await pilot.pause()
+                assert _Counted.walks == 0
+                assert len(set(drawn)) <= 6 * visible  # each screen drawn once: a few screens, not the list
+                await pilot.press("q")
 
     asyncio.run(body())

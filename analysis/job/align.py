@@ -219,12 +219,15 @@ def clock_offsets(
     aligned[0] = True
     failed: dict[int, str] = {}
     common0 = (present & present[0]).sum(axis=1)
-    later = []
+    later, on_first = [], []
     for i in range(1, n):
-        if common0[i] or (readings[i].clock and readings[i].clock == readings[0].clock):
+        if readings[i].clock and readings[i].clock == readings[0].clock:
             _align(i, 0, readings, ranks, present, end, offsets, aligned, failed)
+        elif common0[i]:
+            on_first.append(i)
         else:
             later.append(i)
+    _align_on_first(np.asarray(on_first, np.int64), ranks, present, end, offsets, aligned, failed)
     for i in later:
         rows = np.flatnonzero(aligned)
         common = (present[rows] & present[i]).sum(axis=1)
@@ -233,6 +236,28 @@ def clock_offsets(
         _align(i, via, readings, ranks, present, end, offsets, aligned, failed)
     notes += [failed[i] for i in sorted(failed)]
     return offsets, aligned, notes
+
+
+def _align_on_first(rows, ranks, present, end, offsets, aligned, failed) -> None:
+    """``_align`` of each of ``rows`` on row 0, all at once: a job of 10,000 ranks is one pass, not 10,000.
+
+    The medians are numpy's over the same differences (int64, exact in float64 below 2**53 ns, a
+    hundred days), so every offset and spread is the one ``_align`` computes.
+    """
+    if rows.size == 0:
+        return
+    both = present[rows] & present[0]
+    d = np.where(both, (end[0] - end[rows]).astype(np.float64), np.nan)
+    off = np.trunc(np.nanmedian(d, axis=1)).astype(np.int64)
+    spread = np.trunc(np.nanmedian(np.abs(d - off[:, None]), axis=1)).astype(np.int64)
+    ok = spread <= ALIGN_SPREAD_NS
+    offsets[rows[ok]] = offsets[0] + np.where(np.abs(off[ok]) < SHARED_CLOCK_NS, 0, off[ok])
+    aligned[rows[ok]] = True
+    for k in np.flatnonzero(~ok).tolist():
+        failed[int(rows[k])] = (
+            f"rank {ranks[rows[k]]}: collective ends disagree with rank {ranks[0]}'s by {fmt_ns(int(spread[k]))} "
+            "after alignment: its clock is not aligned"
+        )
 
 
 def _align(i, a, readings, ranks, present, end, offsets, aligned, failed) -> None:

@@ -29,20 +29,32 @@ PROFILE_SAMPLES = 512
 
 @dataclass
 class Profile:
-    """Cumulative compute and communication time at ``t_ns`` (absolute): coverage of any column."""
+    """Cumulative compute and communication time at ``PROFILE_SAMPLES`` instants, evenly from ``t0_ns`` to
+    ``t1_ns`` (absolute): coverage of any column.
 
-    t_ns: np.ndarray  # int64, increasing
-    compute_ns: np.ndarray  # int64, cumulative
+    The instants are implied and the sums kept as float32 (exact to a part in 10**7 of the rank's busy
+    time, far below a column of the bars): 4 KB a rank instead of 12, which at 10,000 ranks is 80 MB
+    less in the coordinator.
+    """
+
+    t0_ns: int
+    t1_ns: int
+    compute_ns: np.ndarray  # float32, cumulative
     comm_ns: np.ndarray
+
+    @property
+    def t_ns(self) -> np.ndarray:
+        """The sampling instants (int64)."""
+        return np.linspace(self.t0_ns, self.t1_ns, self.compute_ns.size).astype(np.int64)
 
     def shares(self, edges_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(compute, comm) share of each column between consecutive ``edges_ns``."""
         edges = np.asarray(edges_ns, np.float64)
         width = np.maximum(np.diff(edges), 1.0)
-        if self.t_ns.size < 2:
+        if self.compute_ns.size < 2:
             z = np.zeros(width.size)
             return z, z
-        t = self.t_ns.astype(np.float64)
+        t = np.linspace(float(self.t0_ns), float(self.t1_ns), self.compute_ns.size)
         c = np.interp(edges, t, self.compute_ns.astype(np.float64))
         m = np.interp(edges, t, self.comm_ns.astype(np.float64))
         return np.clip(np.diff(c) / width, 0, 1), np.clip(np.diff(m) / width, 0, 1)
@@ -207,9 +219,12 @@ def _profile(trace: Trace, device: int, w0: int, w1: int) -> Profile:
     split = device_splits(trace).get(device)
     origin = trace.meta.origin_ns
     if split is None or w1 <= w0:
-        e = np.empty(0, np.int64)
-        return Profile(e, e, e)
+        e = np.empty(0, np.float32)
+        return Profile(w0 + origin, w1 + origin, e, e)
     t = np.linspace(w0, w1, PROFILE_SAMPLES).astype(np.int64)
     return Profile(
-        t + origin, split.compute.busy_before(t).astype(np.int64), split.comm.busy_before(t).astype(np.int64)
+        int(t[0]) + origin,
+        int(t[-1]) + origin,
+        split.compute.busy_before(t).astype(np.float32),
+        split.comm.busy_before(t).astype(np.float32),
     )

@@ -4,6 +4,9 @@
     job_files(paths)  ── path ──▶      load (Arrow lane cache) → read_ranks → RankReading
     read_job(readings) ◀── small ──    (busy, steps, collective table, coarse profile)
 
+On the pool each file is a task; on Dask a task is a batch of files (``batches``: a few MB of
+traces), as each Dask task costs a scheduler round trip that a small rank's reading would pay again.
+
 Each rank's work (parse, cache, per-rank readings, its collective table) is independent, and
 a task sends back only its ``RankReading``s (ranks × collectives), never a Trace, so the
 coordinator's memory does not grow with events. Dask is optional: imported only for
@@ -13,11 +16,16 @@ address of a running scheduler whose workers can read the same paths).
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import functools
 import multiprocessing
 import os
 import re
 import socket
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -43,6 +51,7 @@ class TaskResult:
     readings: list[RankReading] = field(default_factory=list)
     error: str = ""
     cpu_s: float = 0.0  # CPU time the task took in its worker (all of the worker's threads)
+    wall_s: float = 0.0  # its wall time there: over ``cpu_s``, the time its worker waited for a core
 
 
 def rank_task(path: str, index: int, use_cache: bool = True, one_core: bool = False) -> TaskResult:
@@ -55,18 +64,107 @@ def rank_task(path: str, index: int, use_cache: bool = True, one_core: bool = Fa
         import pyarrow
 
         pyarrow.set_cpu_count(1)
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     try:
         trace = load(path, use_cache=use_cache)
         readings = read_ranks(trace, index)
         if not readings:
             return TaskResult(index, path, error=f"{path}: no GPU work, so no rank")
-        return TaskResult(index, path, readings, cpu_s=time.process_time() - cpu)
+        return TaskResult(index, path, readings, cpu_s=time.process_time() - cpu, wall_s=time.perf_counter() - wall)
     except TraceError as exc:
         text = str(exc)
         return TaskResult(index, path, error=text if path in text else f"{path}: {text}")
     except Exception as exc:  # one bad rank must not take the job down
         return TaskResult(index, path, error=f"{path}: internal error: {type(exc).__name__}: {exc}")
+
+
+#: glibc's mallopt parameters, and where its own adjustment takes the thresholds (malloc.c:
+#: DEFAULT_MMAP_THRESHOLD_MAX, and twice that for trimming) and its default mmap threshold.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_DYNAMIC_MMAP_THRESHOLD, _DYNAMIC_TRIM_THRESHOLD = 32 << 20, 64 << 20
+_DEFAULT_MMAP_THRESHOLD = 128 << 10
+_heap_lock = threading.Lock()
+_heap_holders = 0
+
+
+@functools.lru_cache(maxsize=1)
+def _mallopt():
+    """glibc's (mallopt, malloc_trim), or None on other C libraries."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        opt, trim = libc.mallopt, libc.malloc_trim
+        opt.argtypes, trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
+        return opt, trim
+    except (OSError, AttributeError):
+        return None
+
+
+@contextlib.contextmanager
+def _unpinned_heap() -> Iterator[None]:
+    """Inside: glibc's thresholds where its own adjustment would take them, in a worker that pinned them.
+
+    A Dask nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_`` set (64 KB, to hand memory
+    back between tasks); any explicit setting freezes glibc's mmap threshold at 128 KB, so every
+    array over 128 KB a rank's reading makes is mapped, faulted in and unmapped again: 118-139 ms of
+    CPU per small synthetic rank against 86-104 ms unpinned, in the same runs (``bench rankscale``'s
+    ranks, 2-core box). While tasks run here, the thresholds
+    are glibc's dynamic maxima; on the way out of the last task, the worker's own come back and
+    the free memory is returned.
+    """
+    global _heap_holders
+    pinned = os.environ.get("MALLOC_TRIM_THRESHOLD_", "")
+    fns = _mallopt() if pinned.isdigit() else None
+    if fns is None:
+        yield
+        return
+    with _heap_lock:
+        if _heap_holders == 0:
+            fns[0](_M_MMAP_THRESHOLD, _DYNAMIC_MMAP_THRESHOLD)
+            fns[0](_M_TRIM_THRESHOLD, _DYNAMIC_TRIM_THRESHOLD)
+        _heap_holders += 1
+    try:
+        yield
+    finally:
+        with _heap_lock:
+            _heap_holders -= 1
+            if _heap_holders == 0:
+                fns[0](_M_MMAP_THRESHOLD, _DEFAULT_MMAP_THRESHOLD)
+                fns[0](_M_TRIM_THRESHOLD, int(pinned))
+                fns[1](0)
+
+
+def rank_batch(paths: list[str], start: int, use_cache: bool = True) -> list[TaskResult]:
+    """A Dask task: several files' ``rank_task``s (indices from ``start``), one round trip for all of them."""
+    with _unpinned_heap():
+        return [rank_task(p, start + k, use_cache, True) for k, p in enumerate(paths)]
+
+
+def batches(files: list[JobFile], threads: int) -> list[tuple[int, int]]:
+    """[start, stop) runs of files, each one Dask task, in order, shrinking as the job ends.
+
+    Each run takes the files left over ``TASKS_PER_THREAD`` x ``threads`` (guided self-scheduling), at
+    most ``BATCH_FILES`` and about ``BATCH_BYTES`` of traces: big batches while many files are left,
+    then smaller, the last ``TASKS_PER_THREAD`` x ``threads`` files one task each, so the workers finish
+    together instead of one idling through another's last batch.
+    """
+    sizes = []
+    for f in files:
+        try:
+            sizes.append(os.stat(f.path).st_size)
+        except OSError:
+            sizes.append(0)  # its task says why
+    share = max(threads * TASKS_PER_THREAD, 1)
+    out: list[tuple[int, int]] = []
+    start = 0
+    while start < len(sizes):
+        cap = max(1, min(BATCH_FILES, (len(sizes) - start) // share))
+        stop, held = start + 1, sizes[start]
+        while stop < len(sizes) and stop - start < cap and held + sizes[stop] <= BATCH_BYTES:
+            held += sizes[stop]
+            stop += 1
+        out.append((start, stop))
+        start = stop
+    return out
 
 
 def _pool_context():
@@ -97,6 +195,25 @@ def run_local(files: list[JobFile], workers: int | None = None) -> Iterator[Task
                 yield TaskResult(i, path, error=f"{path}: the worker reading it died ({type(exc).__name__})")
 
 
+#: Trace bytes (as stored) one Dask task reads at most, unless one file is larger. Small ranks go in batches: each
+#: task is a round trip through the scheduler (~3 ms of the client's CPU per task with a LocalCluster, whose
+#: scheduler runs in it), paid per rank otherwise: 30 s of a 2-core box's CPU at 10,000 ranks.
+BATCH_BYTES = 8 << 20
+#: Files one Dask task reads at most: 32 small ranks (180 KB, ~0.1 s of a core each) are ~3 s of work.
+BATCH_FILES = 32
+#: Tasks per worker thread at least, where there are files enough: the last tasks finish together.
+TASKS_PER_THREAD = 4
+#: The LocalCluster that ``--dask local:N`` starts for one job. Dask's sampling profiler walks each worker's
+#: stacks every 10 ms (a third of a small task's time here); its event-loop health tick (20 ms), system monitor
+#: (0.5 s) and the nanny's memory checks (0.1 s) kept an idle cluster of 2 workers at 8% of a core (the client's
+#: process, where the scheduler and nannies run, at 4%): 53 s of the client's CPU in a 10,000-rank job of 15
+#: minutes. At these intervals the same idle cluster takes 1.6%.
+LOCAL_CLUSTER_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
 #: Seconds to open a TCP connection to a scheduler and hear its first bytes (a Dask scheduler speaks first).
 CONNECT_TIMEOUT_S = 10.0
 #: Seconds to wait for a cluster's first worker: a scheduler with none would wait forever.
@@ -174,12 +291,11 @@ def run_dask(files: list[JobFile], address: str, warn: Callable[[str], None] | N
         _probe(remote)
     try:
         if not remote:
-            # Dask's sampling profiler walks the worker's stacks every 10 ms: a third of a small task's time here.
-            with dask.config.set({"distributed.worker.profile.enabled": False}):
+            with dask.config.set(LOCAL_CLUSTER_CONFIG):
                 cluster = LocalCluster(
                     n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50
                 )
-            client = Client(cluster)
+                client = Client(cluster)
         else:
             client = Client(remote, timeout=f"{CONNECT_TIMEOUT_S:.0f}s")
     except Exception as exc:  # OSError, TimeoutError, and what a wrong peer makes Dask raise (MemoryError...)
@@ -194,16 +310,33 @@ def run_dask(files: list[JobFile], address: str, warn: Callable[[str], None] | N
                 f"the Dask scheduler at {address} has no workers (waited {WORKERS_TIMEOUT_S:.0f} s)"
             ) from exc
         paths = [f.path for f in files]
-        futures = client.map(rank_task, paths, range(len(paths)), one_core=True, pure=False)
+        threads = n or sum(client.nthreads().values())
+        runs = batches(files, threads)
+        futures = client.map(rank_batch, [paths[a:b] for a, b in runs], [a for a, _ in runs], pure=False)
+        run_of = {fut.key: run for fut, run in zip(futures, runs, strict=True)}
         try:
             dask_wait(futures, timeout=FIRST_RESULT_TIMEOUT_S, return_when="FIRST_COMPLETED")
         except TimeoutError:
             raise TraceError(
                 f"no rank came back from the Dask cluster at {address} in {FIRST_RESULT_TIMEOUT_S:.0f} s"
             ) from None
-        # Results come back in batches as they finish, not one round trip per future.
-        for _fut, result in dask_completed(futures, with_results=True):
-            yield result
+        # Results come back in batches as they finish, not one round trip per future; each future is let go
+        # once read, so the workers free its result then, not all of them at the end.
+        done = dask_completed(futures, with_results=True, raise_errors=False)
+        del futures
+        for fut, result in done:
+            key = fut.key
+            del fut
+            if isinstance(result, list):
+                yield from result
+                continue
+            a, b = run_of[key]
+            # A task that failed: its worker died or was killed, or the cluster runs another gaplens (the scheduler
+            # cannot unpickle the task). Its ranks are lost, not the job.
+            err = result[1] if isinstance(result, tuple) and len(result) > 1 else None
+            why = f"{type(err).__name__}: {shorten(' '.join(str(err).split()), 140)}" if err is not None else "error"
+            for k in range(a, b):
+                yield TaskResult(k, paths[k], error=f"{paths[k]}: the Dask task reading it failed ({why})")
     finally:
         client.close()
         if cluster is not None:

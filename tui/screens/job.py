@@ -55,10 +55,9 @@ def job_bindings() -> list[BindingType]:
 
 
 def neighbour(job: JobReading, row: int, step: int) -> int:
-    """The row of the rank numbered ``step`` away from ``row``'s rank (wrapping)."""
-    ranks = sorted(job.matched.ranks)
-    here = ranks.index(job.matched.ranks[row])
-    return job.matched.ranks.index(ranks[(here + step) % len(ranks)])
+    """The row of the rank numbered ``step`` away from ``row``'s rank (wrapping): the rows are in rank order
+    (``analysis.job.align.number_ranks``), so it is the row ``step`` away, at any number of ranks."""
+    return (row + step) % len(job.matched.ranks)
 
 
 def start_here(job: JobReading) -> str:
@@ -99,11 +98,25 @@ class JobOverview(ScrollView, can_focus=True):
     JobOverview > .job--straggler { color: #ff5f5f; text-style: bold; }
     """
 
+    # The cursor keys move the cursor: the scroll view's own bindings of these keys would scroll the list and
+    # leave the cursor behind once there are more ranks than lines (and they win over the app's, being focused).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up,k", "move(-1)", "Previous row", show=False),
+        Binding("down,j", "move(1)", "Next row", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "move(-1000000000)", "First row", show=False),
+        Binding("end", "move(1000000000)", "Last row", show=False),
+    ]
+
     def __init__(self, job: JobReading, cursor: int = 0, **kwargs) -> None:
         super().__init__(**kwargs)
         self.job = job
         self.order = [r.row for r in job.rows]  # display order: most waiting imposed first
-        self.cursor = self.order.index(cursor) if cursor in self.order else 0
+        # Row -> display position and row -> table row, once: a frame and a key look rows up, never scan them.
+        self._at = {row: i for i, row in enumerate(self.order)}
+        self._by_row = {r.row: r for r in job.rows}
+        self.cursor = self._at.get(cursor, 0)
         self.window = jobbars.job_window(job)
         self._rows: dict[tuple[int, int], np.ndarray] = {}
 
@@ -125,9 +138,15 @@ class JobOverview(ScrollView, can_focus=True):
         self.refresh()
 
     def move_to(self, row: int) -> None:
-        self.cursor = self.order.index(row)
+        self.cursor = self._at[row]
         self.scroll_to_region(self._region(self.cursor), animate=False)
         self.refresh()
+
+    def action_move(self, step: int) -> None:
+        self.move_to(self.order[max(0, min(len(self.order) - 1, self.cursor + step))])
+
+    def action_page(self, pages: int) -> None:
+        self.action_move(pages * max(self.scrollable_content_region.height, 1))
 
     def _region(self, i: int):
         from textual.geometry import Region
@@ -135,7 +154,7 @@ class JobOverview(ScrollView, can_focus=True):
         return Region(0, i, 1, 1)
 
     def label_of(self, row: int) -> str:
-        r = next(x for x in self.job.rows if x.row == row)
+        r = self._by_row[row]
         s = self.job.straggler
         mark = "▶" if s is not None and s.row == row else " "
         return f"{mark}{r.rank:>5} {r.reading.busy_pct:>4.0f}% {fmt_ns(r.wait_ns):>9} {fmt_ns(r.imposed_ns):>9} │"
@@ -190,10 +209,6 @@ class JobApp(App[Next]):
         Binding("q", "quit_job", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("enter", "open", "open rank"),
-        Binding("up,k", "move(-1)", "Previous row", show=False),
-        Binding("down,j", "move(1)", "Next row", show=False),
-        Binding("home", "move(-1000000)", "First row", show=False),
-        Binding("end", "move(1000000)", "Last row", show=False),
         *job_bindings(),
     ]
 
@@ -245,11 +260,7 @@ class JobApp(App[Next]):
         )
         ov.move_to(ov.row)
 
-    # ---- actions ---------------------------------------------------------------
-    def action_move(self, step: int) -> None:
-        ov = self.overview
-        ov.move_to(ov.order[max(0, min(len(ov.order) - 1, ov.cursor + step))])
-
+    # ---- actions (the cursor keys are the overview's own) ----------------------------
     def action_next_rank(self) -> None:
         self.overview.move_to(neighbour(self.job, self.overview.row, 1))
 
