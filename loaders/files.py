@@ -55,6 +55,15 @@ def _require_regular(path: str, mode: int) -> None:
         raise TraceError(f"{path}: not a regular file (a pipe, device or socket), refused")
 
 
+def file_size(path: str) -> int:
+    """The file's size in bytes, 0 when it cannot be looked at (its reader then says why): the job's
+    runner sizes its batches by it, and analysis/ asks the loaders for anything on disk."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def read_head(path: str, size: int = -1) -> bytes:
     """The first ``size`` bytes of a regular file (all when -1), OS errors turned into TraceErrors."""
     with open_regular(path) as fh, os_errors(path):

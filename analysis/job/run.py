@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from gaplens.analysis.job.ranks import RankReading, read_ranks
 from gaplens.analysis.job.reading import JobReading, read_job
 from gaplens.loaders import load
+from gaplens.loaders.files import file_size
 from gaplens.loaders.job import JobFile, job_files
 from gaplens.loaders.model import TraceError
 from gaplens.loaders.text import shorten
@@ -147,12 +148,7 @@ def batches(files: list[JobFile], threads: int) -> list[tuple[int, int]]:
     then smaller, the last ``TASKS_PER_THREAD`` x ``threads`` files one task each, so the workers finish
     together instead of one idling through another's last batch.
     """
-    sizes = []
-    for f in files:
-        try:
-            sizes.append(os.stat(f.path).st_size)
-        except OSError:
-            sizes.append(0)  # its task says why
+    sizes = [file_size(f.path) for f in files]  # 0 when unreadable: its task says why
     share = max(threads * TASKS_PER_THREAD, 1)
     out: list[tuple[int, int]] = []
     start = 0
