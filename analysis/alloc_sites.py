@@ -1,9 +1,10 @@
 """Where a trace's memory-management calls come from: the op that allocates, and frees handed back in a burst.
 
 The allocation lever (``analysis.levers``) names what the trace shows (issue 32): which framework op holds
-the ``cudaMalloc`` calls (``aten::empty_strided``, ``aten::mm``: the op a user can find in their code), and
-whether the frees come as one run of back-to-back calls outside any op, which is a cache being emptied
-(``torch.cuda.empty_cache()`` in the loop) rather than tensors dying one by one where the code drops them.
+the ``cudaMalloc`` calls (``aten::addmm``, ``aten::native_batch_norm``: the op a user can find in their code,
+not the ``aten::empty`` it asks), and whether the frees come as one run of back-to-back calls outside any op,
+which is a cache being emptied (``torch.cuda.empty_cache()`` in the loop) rather than tensors dying one by one
+where the code drops them.
 Pure: readings of the trace, no Textual.
 """
 

@@ -263,41 +263,29 @@ def pacing_rows(
     p10_l, median_l, p90_l, max_l = (c[q].tolist() for q in ("p10", "median", "p90", "max"))
     out = []
     for k, (a, b, name, device, v) in enumerate(zip(s.tolist(), e.tolist(), names, dev, code, strict=True)):
-        if v < 4:
-            row: dict = {
-                "name": name,
-                "start_ns": a,
-                "end_ns": b,
-                "ops": ops_l[k],
-                "device": device,
-                "busy_pct": busy_l[k],
-                "comm_pct": comm_l[k],
-                "copy_pct": copy_l[k],
-                "host_blank_pct": host_l[k],
-                "verdict": VERDICTS[v],
-                "launch_bound_pct": 0.0,
-                "lag_ns": {},
-            }
+        row: dict = {
+            "name": name,
+            "start_ns": a,
+            "end_ns": b,
+            "ops": ops_l[k],
+            "device": device,
+            "busy_pct": busy_l[k],
+            "comm_pct": comm_l[k],
+            "copy_pct": copy_l[k],
+            "host_blank_pct": host_l[k],
+        }
+        if v < 4:  # no launches to pace: the verdict says why (the keys' order is the JSON's)
+            row.update(verdict=VERDICTS[v], launch_bound_pct=0.0, lag_ns={})
         else:
-            row = {
-                "name": name,
-                "start_ns": a,
-                "end_ns": b,
-                "ops": ops_l[k],
-                "device": device,
-                "busy_pct": busy_l[k],
-                "comm_pct": comm_l[k],
-                "copy_pct": copy_l[k],
-                "host_blank_pct": host_l[k],
-                "clamped": clamped_l[k],
-                "launch_bound_pct": launch_pct[k],
-                "device_bound_pct": device_pct[k],
-                "lag_ns": (
-                    {"p10": p10_l[k], "median": median_l[k], "p90": p90_l[k], "max": max_l[k]} if has_l[k] else {}
-                ),
-                "median_op_ns": op_l[k],
-                "verdict": VERDICTS[v],
-            }
+            lags = {"p10": p10_l[k], "median": median_l[k], "p90": p90_l[k], "max": max_l[k]} if has_l[k] else {}
+            row.update(
+                clamped=clamped_l[k],
+                launch_bound_pct=launch_pct[k],
+                device_bound_pct=device_pct[k],
+                lag_ns=lags,
+                median_op_ns=op_l[k],
+                verdict=VERDICTS[v],
+            )
         out.append(row)
     for key, column in (extra or {}).items():
         for row, value in zip(out, column, strict=True):
