@@ -129,7 +129,8 @@ def child(mode: str, folder: str) -> dict:
 
     if mode == "dask":
         import dask.distributed  # noqa: F401  (imported before the baseline: the client pays it before any rank)
-    os.environ["GAPLENS_CACHE_DIR"] = tempfile.mkdtemp(prefix="gaplens-bench-cache-")
+    cache = tempfile.TemporaryDirectory(prefix="gaplens-bench-cache-")  # no reading of another run's cache
+    os.environ["GAPLENS_CACHE_DIR"] = cache.name
     base = _status("VmRSS")
     cpu0 = _tree_cpu()
     marks: dict[str, float] = {}
@@ -147,6 +148,7 @@ def child(mode: str, folder: str) -> dict:
     job = open_job([folder], progress=progress, **kw)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - cpu
+    cache.cleanup()
     hwm = _status("VmHWM")
     s = job.straggler
     sample = job.matched.readings[:100]
