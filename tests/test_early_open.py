@@ -1,10 +1,12 @@
-"""The warm open's early work (tui.early): what it serves is what the worker would have built, and a
-miss or a failure leaves the open to the worker, which reports errors as it always has."""
+"""The early work of an open (tui.early): what it serves is what the worker would have built; a cold
+open's parse starts there, its progress and errors reach the screen through the worker, as they always
+have; a failed stage is left to the worker."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,13 +75,61 @@ def test_the_viewer_takes_the_early_work_and_does_not_load_again(trace_path, mon
     assert app.model.trace is early.trace and len(app.model.readings.gaps) == len(early.readings.gaps)
 
 
-def test_a_cold_open_is_the_workers(trace_path):
-    early = EarlyOpen(trace_path)  # nothing cached yet
-    assert early.wait("trace") is None and early.wait("model") is None and early.wait("readings") is None
+def test_a_cold_open_is_parsed_early_and_the_worker_relays_it(trace_path, monkeypatch):
+    early = EarlyOpen(trace_path)  # nothing cached yet: the parse starts here, before the app exists
+    seen: list[tuple[str, float]] = []
+    trace = early.wait_trace(lambda stage, fraction: seen.append((stage, fraction)))
+    assert trace is not None and len(trace) == len(load(trace_path, use_cache=False))
+    assert early.wait("model") is not None and early.wait("model").trace is trace
+    assert early.wait("readings") is None  # a cold open's readings wait for the first frame, in the worker
+    assert all(0.0 <= f <= 1.0 for _, f in seen)
+
+    def no_second_load(*_args, **_kwargs):
+        raise AssertionError("the worker parsed the trace although the early open had it")
+
+    monkeypatch.setattr(app_module, "load", no_second_load)
     app = make_app(trace_path, early=early)
     _run(app)
     assert app.error is None and app.model is not None and not app.analysing
-    assert len(app.model.trace) == len(load(trace_path))
+    assert app.model.trace is trace and len(app.model.readings.gaps) == len(compute(trace).gaps) > 0
+    from gaplens.store import cache
+
+    hit, damaged = cache.lookup_checked(trace_path)  # the early parse filled the cache, as a worker's would
+    assert hit is not None and not damaged and len(hit) == len(trace)
+
+
+def test_a_cold_parse_reports_progress_and_stops_when_the_viewer_quits(tmp_path, monkeypatch):
+    import gaplens.loaders
+    import gaplens.tui.early as early_module
+
+    calls = []
+
+    def slow_load(path, progress=None, **_kwargs):
+        for i in range(10_000):  # a parse that only ends when cancelled
+            progress("parsing", min(i / 100, 1.0))
+            calls.append(i)
+            time.sleep(0.005)
+        raise AssertionError("the parse was not cancelled")
+
+    monkeypatch.setattr(gaplens.loaders, "load", slow_load)
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "t.json"
+    path.write_text('{"traceEvents": []}')
+    early = early_module.EarlyOpen(str(path))
+    reported: list[float] = []
+
+    def report(stage: str, fraction: float) -> None:
+        reported.append(fraction)
+        if len(reported) >= 3:
+            raise KeyboardInterrupt  # what the worker's own progress raises once the app quit
+
+    with pytest.raises(KeyboardInterrupt):
+        early.wait_trace(report)
+    assert len(reported) == 3 and reported == sorted(reported) and reported[-1] > 0
+    assert early._stages["trace"].wait(5)  # the thread ended: the next progress call raised Cancelled
+    n = len(calls)
+    time.sleep(0.05)
+    assert len(calls) == n and early.trace is None and early.error is None
 
 
 def test_a_failing_stage_is_redone_by_the_worker(trace_path, monkeypatch):
@@ -136,7 +186,7 @@ def test_a_cold_open_resumes_the_collector_before_it_parses(trace_path, collecto
     from gaplens.tui.early import start
 
     early = start(trace_path)  # nothing cached
-    assert early.wait("trace") is None
+    assert early.wait("trace") is not None  # parsed by the early thread, with the collector running
     assert collector.isenabled() and collector.get_freeze_count() == 0
 
 

@@ -159,7 +159,7 @@ class GaplensApp(FinderApp, ProtocolApp):
         try:
             if not isinstance(self.source, TimelineModel):
                 early = self.early
-                got: Trace | None = early.wait("trace") if early is not None else None
+                got: Trace | None = early.wait_trace(progress) if early is not None else None
                 if got is None:
                     store.install()
                     got = self.source if isinstance(self.source, Trace) else load(self.source, progress)

@@ -1,18 +1,20 @@
-"""A warm open's work started before the viewer's own imports.
+"""An open's work started before the viewer's own imports.
 
-Importing Textual and the app costs a warm open ~0.4 s of one core, while the cache hit,
-the view model and the kept readings (~0.2 s at 1M events) wait behind it. Much of that
-work runs outside the GIL (file reads, Arrow, numpy), so ``EarlyOpen`` does it on a second
+Importing Textual and the app costs ~0.4 s of one core (0.7-1 s on a busy box), while the
+cache hit, the view model and the kept readings (~0.2 s at 1M events) wait behind it. Much of
+that work runs outside the GIL (file reads, Arrow, numpy), so ``EarlyOpen`` does it on a second
 thread while the imports run, and the app's loading worker takes what is done instead of
-redoing it. It only ever serves a cache hit: a cold open goes through the worker, which
-reports progress and errors as usual; anything that fails here is simply left for the
-worker to redo, so it reports the failure in the one place that does.
+redoing it. A cold open starts its parse here too (the parse threads are Arrow's, the imports
+one Python thread): the worker relays its progress to the loading screen and raises its error,
+so a failure is still reported in the one place that does. The readings of a cold open are
+left to the worker, which computes them once the first frame is drawn.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -22,6 +24,12 @@ if TYPE_CHECKING:
 
 
 _PAUSED = {"gc": False}
+#: How often the worker relays a cold parse's progress: the loading screen's own refresh is 0.25 s.
+PROGRESS_POLL_S = 0.1
+
+
+class Cancelled(Exception):
+    """The viewer quit during the early parse: stop reading rather than keep the process busy."""
 
 
 def start(path: str) -> EarlyOpen:
@@ -57,6 +65,9 @@ class EarlyOpen:
         self.trace: Trace | None = None
         self.model: TimelineModel | None = None
         self.readings: Readings | None = None
+        self.error: Exception | None = None  # what a cold parse raised, raised again by ``wait_trace``
+        self.progress: tuple[str, float] | None = None  # a cold parse's last (stage, fraction)
+        self._cancelled = False
         self._stages = {name: threading.Event() for name in ("trace", "model", "readings")}
         threading.Thread(target=self._run, name="gaplens-early-open", daemon=True).start()
 
@@ -65,15 +76,38 @@ class EarlyOpen:
         self._stages[stage].wait()
         return getattr(self, stage)
 
+    def wait_trace(self, report: Callable[[str, float], None]) -> Trace | None:
+        """The trace, from the cache or parsed here (None when this thread did not get that far: the caller
+        loads it). A parse's progress goes to ``report`` while it runs; whatever ``report`` raises (the viewer
+        quit) cancels the parse and is raised again; a parse's own error is raised as the loader raised it."""
+        seen = None
+        try:
+            while not self._stages["trace"].wait(PROGRESS_POLL_S):
+                if self.progress is not None and self.progress != seen:
+                    seen = self.progress
+                    report(*seen)
+        except BaseException:
+            self._cancelled = True
+            raise
+        if self.error is not None:
+            raise self.error
+        return self.trace
+
+    def _report(self, stage: str, fraction: float) -> None:
+        if self._cancelled:
+            raise Cancelled
+        self.progress = (stage, fraction)
+
     def _run(self) -> None:
         try:
             from gaplens import store
             from gaplens.store import cache
 
             store.install()
-            trace, _damaged = cache.lookup_checked(self.path)  # a damaged entry: the worker rebuilds and says so
+            trace, _damaged = cache.lookup_checked(self.path)  # a damaged entry: the load rebuilds and says so
             if trace is None:
                 started_up(freeze=False)  # a cold open: the parse needs the collector
+                self._parse()
                 return
             trace.meta.path = self.path  # as the user spelled it, like ``loaders.load``
             self.trace = trace
@@ -90,3 +124,19 @@ class EarlyOpen:
         finally:
             for event in self._stages.values():
                 event.set()
+
+    def _parse(self) -> None:
+        """A cold open: parse and cache the trace and build its view model; an error is kept for the worker."""
+        from gaplens.loaders import load
+
+        try:
+            self.trace = load(self.path, self._report)
+        except Cancelled:
+            return
+        except Exception as exc:  # the worker raises it, as if it had parsed the file itself
+            self.error = exc
+            return
+        self._stages["trace"].set()
+        from gaplens.tui.viewmodel import build_model
+
+        self.model = build_model(self.trace)
