@@ -122,3 +122,36 @@ def test_roofline_plot_keeps_every_ranked_point_readable():
     marks = re.findall(r"[·•●](\d+)", text)
     assert sorted(int(m) for m in marks) == ranks
     assert "fp8 1,979T" in text and "bf16/fp16 990T" in text and "tf32 494T" in text and "fp64/fp32 67T" in text
+
+
+def test_roofline_at_80x24_keeps_table_rows_and_names_roofs_truthfully():
+    """At 80x24 the chart gives up rows (8 table rows stay); roofs that share a line of the shorter plot are
+    named together, whole (a roof is never labelled with another's peak); ``v`` hides the chart."""
+    import re
+
+    from gaplens.tui.screens.roofline import PLOT_H, TABLE_MIN_ROWS, plot_height
+
+    assert plot_height(40) == PLOT_H and plot_height(16) == 6 and plot_height(0) == 6
+    trace = load(str(TRACE))
+    app = make_app(trace)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24)) as pilot:
+            await readings_ready(app, pilot)
+            await pilot.press("F")
+            screen = await _screen(pilot, RooflineScreen)
+            await pilot.pause()
+            table = screen.query_one(DataTable)
+            footer = 1
+            assert 24 - footer - table.region.y - 1 >= TABLE_MIN_ROWS  # room under the plot: header + 8 rows
+            plot = str(screen.query_one("#roofline-plot", Static).render())
+            assert plot.count("┤") < PLOT_H  # the plot's own rows: fewer than on a tall screen
+            for name, peak in re.findall(r"([a-z0-9/]+) ([\d,]+)T", plot):
+                want = {"fp8": "1,979", "bf16/fp16": "990", "tf32": "494", "fp64/fp32": "67"}[name]
+                assert peak == want, (name, peak)
+            await pilot.press("v")
+            await pilot.pause()
+            assert not screen.query_one("#roofline-plot", Static).display
+            assert table.region.y <= 4  # right under the title
+
+    asyncio.run(main())

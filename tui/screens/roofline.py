@@ -9,8 +9,9 @@
 Each point is one op family (name and dtype) with FLOPs; its glyph grows with its share of the
 sized time (· • ●) and carries its rank in the table below. Memory-only families (no FLOPs:
 elementwise, norms, copies) have no intensity and sit in the table only. Enter on a row: the
-family's longest instance on the timeline. Numbers come from ``analysis.floor`` (``floors``,
-``windows``), the ones ``gaplens floor`` prints.
+family's longest instance on the timeline; ``v`` hides the chart (the table alone). On a short
+terminal the chart gives up rows to the table (``plot_height``). Numbers come from ``analysis.floor``
+(``floors``, ``windows``), the ones ``gaplens floor`` prints.
 """
 
 from __future__ import annotations
@@ -35,8 +36,14 @@ from gaplens.analysis.units import fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 from gaplens.tui.screens.tables import cell, fill
 
-#: Plot area in character cells (fixed, so a snapshot is stable and it fits 80 columns).
+#: Plot area in character cells (fixed width, so it fits 80 columns; the height is PLOT_H where the screen allows).
 PLOT_W, PLOT_H = 60, 14
+#: Fewest plot rows drawn: two per decade of a 3-decade range still puts each roof on a line of its own.
+PLOT_MIN_H = 6
+#: Table rows kept on screen before the plot takes its full height: at 80x24 the table had room for 2 of them.
+TABLE_MIN_ROWS = 8
+#: Screen rows besides the title, the plot with its axes and the table's rows: the table's header, the footer.
+TABLE_CHROME_ROWS = 2
 #: Points drawn with a rank label; the rest are only in the table.
 MAX_POINTS = 9
 #: Glyph by share of the sized time: at least 20% ●, at least 5% •, else ·.
@@ -51,6 +58,12 @@ class RooflineReady(Message):
     spec: GpuSpec | None
     device_name: str
     why: str
+
+
+def plot_height(free_rows: int) -> int:
+    """Plot rows where ``free_rows`` are left below the title and beside the plot's axes: PLOT_H, less where the
+    table would keep fewer than TABLE_MIN_ROWS rows, never under PLOT_MIN_H."""
+    return max(PLOT_MIN_H, min(PLOT_H, free_rows - TABLE_CHROME_ROWS - TABLE_MIN_ROWS))
 
 
 def _log(v: float) -> float:
@@ -89,15 +102,17 @@ def plot(rows: list[dict], spec: GpuSpec | None, width: int = PLOT_W, height: in
             y = bw + x
             if y <= _log(top) and y >= y0:
                 grid[row(y)][c], style[row(y)][c] = "╱", "cyan"
-        names: dict[int, list[str]] = {}
+        names: dict[int, dict[float, list[str]]] = {}
         for dt, p in peaks:  # dtypes that share a peak (bf16/fp16, fp32/fp64) share a roof
-            names.setdefault(row(_log(p)), []).append(dt)
-        for r, dts in names.items():
-            p = spec.peak_flops[dts[0]]
-            start = col(_log(p) - bw)
+            names.setdefault(row(_log(p)), {}).setdefault(p, []).append(dt)
+        for r, roofs in names.items():  # a short plot can put two roofs on one line: both are named
+            start = min(col(_log(p) - bw) for p in roofs)
             for c in range(start, width):
                 grid[r][c], style[r][c] = "─", "yellow"
-            labels.append((r, max(start, 0), f" {'/'.join(dts)} {p / 1e12:,.0f}T "))
+            named = [f"{'/'.join(dts)} {p / 1e12:,.0f}T" for p, dts in roofs.items()]
+            while len(named) > 1 and len(" · ".join(named)) + 2 > width - start - 1:
+                named.pop()  # a whole name or none: the title lists every peak
+            labels.append((r, max(start, 0), f" {' · '.join(named)} "))
     taken: set[tuple[int, int]] = set()  # cells holding a roof's name, a point or its rank
     for r_, c0, text in labels:  # roof names on their line, from its knee, where they fit
         for j, ch in enumerate(text[: max(0, width - c0 - 1)]):
@@ -153,12 +168,18 @@ def _si(v: float) -> str:
 class RooflineScreen(Screen[int | None]):
     """The roofline of the trace's op families; dismisses with the event to show (or None)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "close"),
+        Binding("v", "toggle_chart", "chart on/off"),
+    ]
 
     def __init__(self, trace: Trace) -> None:
         super().__init__()
         self.trace = trace
         self.rows: list[dict] = []
+        self.spec: GpuSpec | None = None
+        self._plotted = 0  # the plot height drawn (0: not yet)
+        self._head = Text()
 
     def compose(self) -> ComposeResult:
         yield Static("Roofline: computing the floor…", id="roofline-title")
@@ -209,8 +230,10 @@ class RooflineScreen(Screen[int | None]):
             head = f"Roofline · {clean_name(msg.device_name) or 'no GPU'}: no peak to draw ({msg.why})"
         if msg.why and spec is not None:
             head += f" · {msg.why}"
-        self.query_one("#roofline-title", Static).update(cell(head))
-        self.query_one("#roofline-plot", Static).update(plot(self.rows, spec))
+        self._head = cell(head)
+        self.query_one("#roofline-title", Static).update(self._head)
+        self.spec = spec
+        self._draw_plot()
         out = []
         for k, r in enumerate(self.rows[:MAX_TABLE], 1):
             sized = r["sized_ns"]
@@ -237,6 +260,25 @@ class RooflineScreen(Screen[int | None]):
             )
         fill(self.query_one(DataTable), out)
         self.query_one(DataTable).focus()
+
+    def _draw_plot(self) -> None:
+        """The plot at the height the screen leaves it (the title's and the axes' wrapped lines counted)."""
+        width, rows = self.size.width or self.app.size.width, self.size.height or self.app.size.height
+        console = self.app.console
+        axes = len(plot(self.rows, self.spec, height=PLOT_MIN_H).wrap(console, width)) - PLOT_MIN_H
+        title = len(Text(self._head.plain).wrap(console, width))  # as the Static wraps it
+        height = plot_height(rows - title - axes)
+        if height != self._plotted:
+            self._plotted = height
+            self.query_one("#roofline-plot", Static).update(plot(self.rows, self.spec, height=height))
+
+    def on_resize(self) -> None:
+        if self._plotted:
+            self._draw_plot()
+
+    def action_toggle_chart(self) -> None:
+        chart = self.query_one("#roofline-plot", Static)
+        chart.display = not chart.display
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.row_key.value is None:
