@@ -12,7 +12,7 @@ import numpy as np
 from gaplens.analysis.busy import copy_label, copy_mask, device_splits, is_host_copy
 from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side, module_load_words
 from gaplens.analysis.regions import Regions
-from gaplens.analysis.thread_time import copy_op_of_calls, waited_ns
+from gaplens.analysis.thread_time import call_waits, copy_op_of_calls
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.wait_calls import graph_launched, recorded_waits, wait_call_before
 from gaplens.loaders.model import Trace
@@ -169,7 +169,7 @@ def _call_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray
     """For alloc- or sync-caused gaps: the calls of that class the launching thread made in the region and
     just before it (the run-ahead follows the call), by name with their count and time: ``cudaFree ×12 3.1 ms``."""
     cls = api_class(trace)
-    waited = waited_ns(trace, cls)
+    waited = call_waits(trace)
     per_lane: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the class's calls of a lane, once
     out = []
     for i in gaps.tolist():

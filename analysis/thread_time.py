@@ -86,7 +86,7 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
     cls = api_class(trace)
     copy_op = copy_op_of_calls(trace, cls)
     warm = first_call_launches(trace)
-    waited = waited_ns(trace, cls)
+    waited = call_waits(trace)
     pipeline = _pipeline_events(trace)
     by_thread: dict[tuple[int, int], dict[LaneKind, int]] = {}
     for ln in trace.lanes:
@@ -135,13 +135,16 @@ def thread_times(trace: Trace) -> dict[tuple[int, int], ThreadTime]:
 
 def _dispatching_ops(a_s: np.ndarray, a_c: np.ndarray, o_s: np.ndarray, o_e: np.ndarray) -> np.ndarray:
     """Per CPU op of one thread: it is dispatch overhead (no longer than ``DISPATCH_MAX_NS``, and a call that
-    queues work starts inside it). The calls of a class or stronger that start inside each op: prefix counts
-    over the calls in start order, found with one pair of binary searches."""
-    order = np.argsort(a_s, kind="stable")
-    starts, classes = a_s[order], a_c[order]
-    lo, hi = np.searchsorted(starts, o_s, "left"), np.searchsorted(starts, o_e, "right")
-    before = np.concatenate(([0], np.cumsum(classes >= Call.LAUNCH)))
-    return (before[hi] > before[lo]) & ((o_e - o_s) <= DISPATCH_MAX_NS)
+    queues work starts inside it). Only the short ops are searched: the first queueing call starting at or
+    after the op's start, one binary search each, starts inside it when it starts by the op's end."""
+    out = (o_e - o_s) <= DISPATCH_MAX_NS
+    short = np.flatnonzero(out)
+    queues = np.sort(a_s[a_c >= Call.LAUNCH])
+    if queues.size == 0:
+        return np.zeros(o_s.size, bool)
+    k = np.searchsorted(queues, o_s[short], "left")
+    out[short] = (k < queues.size) & (queues[np.minimum(k, queues.size - 1)] <= o_e[short])
+    return out
 
 
 def _copy_call_parts(
@@ -188,6 +191,12 @@ def _cumulative(parts: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]) -> 
         acc_e += add_e
         levels[lv] = BusySpans(_cat(acc_s), _cat(acc_e))
     return levels
+
+
+@per_trace
+def call_waits(trace: Trace) -> np.ndarray:
+    """``waited_ns`` of every call (cached: the threads' split and the sync messages both read it; do not modify)."""
+    return waited_ns(trace, api_class(trace))
 
 
 def waited_ns(trace: Trace, cls: np.ndarray) -> np.ndarray:

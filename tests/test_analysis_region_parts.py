@@ -1,0 +1,58 @@
+"""The parts of the blank-region reading that were rewritten for speed, against their definitions.
+
+Each vectorised shortcut (a presence table instead of ``np.unique``, one binary search per short op,
+the cached call waits) is checked against the plain definition it replaces, on random inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gaplens.analysis.calls import Call, api_class, used_codes
+from gaplens.analysis.thread_time import DISPATCH_MAX_NS, _dispatching_ops, call_waits, waited_ns
+from tests.handbuilt import Builder
+
+
+@given(st.lists(st.integers(0, 40), max_size=200))
+def test_used_codes_are_the_distinct_codes_sorted(codes):
+    got = used_codes(np.asarray(codes, np.int32), 41)
+    assert got.tolist() == sorted(set(codes))
+
+
+CLASSES = [int(c) for c in Call]
+calls_st = st.lists(st.tuples(st.integers(0, 1_000), st.sampled_from(CLASSES)), max_size=40)
+ops_st = st.lists(st.tuples(st.integers(0, 1_000), st.integers(0, 2 * DISPATCH_MAX_NS)), max_size=40)
+
+
+@settings(max_examples=300)
+@given(calls_st, ops_st)
+def test_dispatching_ops_is_a_short_op_with_a_queueing_call_starting_inside(calls, ops):
+    """Brute force: an op is dispatch overhead when it lasts at most DISPATCH_MAX_NS and a call that queues
+    work (``>= Call.LAUNCH``) starts inside [start, end]; calls in any order."""
+    a_s = np.asarray([c[0] for c in calls], np.int64)
+    a_c = np.asarray([c[1] for c in calls], np.int8)
+    o_s = np.asarray([o[0] for o in ops], np.int64)
+    o_e = o_s + np.asarray([o[1] for o in ops], np.int64)
+    want = [
+        (e - s) <= DISPATCH_MAX_NS and any(c >= Call.LAUNCH and s <= t <= e for t, c in calls)
+        for s, e in zip(o_s.tolist(), o_e.tolist(), strict=True)
+    ]
+    assert _dispatching_ops(a_s, a_c, o_s, o_e).tolist() == want
+
+
+def test_call_waits_are_the_waits_of_every_sync_call():
+    """The cached waits equal ``waited_ns`` over the trace's call classes: the sync at 200 waited until k1 ended.
+
+    thread  [launch k1]   [cudaDeviceSynchronize 200 ....... 900]
+    stream7        ███████████████ k1 (20..800) ███████
+    """
+    b = Builder()
+    b.launch(0, 10, 20, 800, name="k1")
+    b.call(200, 900, "cudaDeviceSynchronize")
+    t = b.trace()
+    got = call_waits(t)
+    assert np.array_equal(got, waited_ns(t, api_class(t)))
+    sync = int(np.flatnonzero(api_class(t) == Call.SYNC)[0])
+    assert got[sync] == 800 - 200
