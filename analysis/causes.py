@@ -123,8 +123,8 @@ def classify(
     frac = split / dur[:, None]
     total = np.maximum(frac.sum(axis=1), 1e-12)
     late = rest * (1.0 - waited / dur)
-    for k, c in enumerate(THREAD_CLASSES):
-        out[:, col[c]] += np.where(known & ~queued, late * frac[:, k] / total, 0.0)
+    thread_cols = [col[c] for c in THREAD_CLASSES]
+    out[:, thread_cols] += np.where((known & ~queued)[:, None], late[:, None] * frac / total[:, None], 0.0)
     out[:, col["dependency"]] = np.where(queued, rest, np.where(known, rest * waited / dur, 0.0))
     out[:, col["unknown"]] = np.where(known, 0.0, rest)
     out[reg.idle] = 0.0

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gaplens.analysis.calls import Call, api_class, used_codes
-from gaplens.analysis.thread_time import DISPATCH_MAX_NS, _dispatching_ops, call_waits, waited_ns
+from gaplens.analysis.spans import BusySpans
+from gaplens.analysis.thread_time import DISPATCH_MAX_NS, _covered, _dispatching_ops, call_waits, waited_ns
 from tests.handbuilt import Builder
 
 
@@ -56,3 +57,16 @@ def test_call_waits_are_the_waits_of_every_sync_call():
     assert np.array_equal(got, waited_ns(t, api_class(t)))
     sync = int(np.flatnonzero(api_class(t) == Call.SYNC)[0])
     assert got[sync] == 800 - 200
+
+
+intervals_st = st.lists(st.tuples(st.integers(-50, 1_000), st.integers(0, 200)), max_size=30)
+
+
+@settings(max_examples=300)
+@given(intervals_st, intervals_st)
+def test_covered_is_busy_before_at_the_end_less_at_the_start(spans, queries):
+    """``_covered`` (one search per bound over sentinel-led spans) equals B(e) - B(s), empty spans included."""
+    busy = BusySpans(np.asarray([a for a, _ in spans], np.int64), np.asarray([a + w for a, w in spans], np.int64))
+    s = np.asarray([a for a, _ in queries], np.int64)
+    e = s + np.asarray([w for _, w in queries], np.int64)
+    assert _covered(busy, s, e).tolist() == (busy.busy_before(e) - busy.busy_before(s)).tolist()
