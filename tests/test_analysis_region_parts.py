@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gaplens.analysis.calls import Call, api_class, used_codes
+from gaplens.analysis.critical_path import _path, critical_path
+from gaplens.analysis.regions import _regions, regions
 from gaplens.analysis.spans import BusySpans
 from gaplens.analysis.thread_time import DISPATCH_MAX_NS, _covered, _dispatching_ops, call_waits, waited_ns
 from tests.handbuilt import Builder
@@ -70,3 +72,43 @@ def test_covered_is_busy_before_at_the_end_less_at_the_start(spans, queries):
     s = np.asarray([a for a, _ in queries], np.int64)
     e = s + np.asarray([w for _, w in queries], np.int64)
     assert _covered(busy, s, e).tolist() == (busy.busy_before(e) - busy.busy_before(s)).tolist()
+
+
+def test_the_default_regions_are_kept_and_equal_a_fresh_reading():
+    """``regions(trace)`` is read by the gaps, the idle time and the summary: computed once, the same columns.
+
+    stream7  ███k1███        ███k2███      ███k3███
+                     ^gap 1^         ^gap 2^
+    """
+    b = Builder()
+    b.launch(0, 10, 20, 100, name="k1")
+    b.launch(30, 40, 300, 400, name="k2")
+    b.launch(50, 60, 700, 800, name="k3")
+    t = b.trace()
+    first = regions(t)
+    assert regions(t) is first
+    fresh = _regions(t, None, None, 1)
+    assert list(zip(first.start_ns.tolist(), first.end_ns.tolist(), strict=True)) == [(100, 300), (400, 700)]
+    for col in ("device", "start_ns", "end_ns", "idle"):
+        assert np.array_equal(getattr(first, col), getattr(fresh, col))
+    assert regions(t, min_ns=250).start_ns.tolist() == [400]
+
+
+def test_the_whole_critical_path_is_walked_once_and_equals_a_fresh_walk():
+    """The default path (blank regions, smells, export) is kept; a window's path is walked each time.
+
+    thread  [launch k1]  python  [launch k2]
+    stream7       ███k1███           ███k2███
+    """
+    b = Builder()
+    b.launch(0, 10, 20, 100, name="k1")
+    b.cpu(10, 290, "python_work")
+    b.launch(290, 300, 310, 400, name="k2")
+    t = b.trace()
+    whole = critical_path(t)
+    assert critical_path(t) is whole
+    fresh = _path(t, None)
+    for col in ("nodes", "seg_start_ns", "seg_end_ns", "seg_kind", "seg_event"):
+        assert np.array_equal(getattr(whole, col), getattr(fresh, col))
+    assert whole.time_in(np.asarray([100]), np.asarray([310])).tolist() == [210]  # host and launch: the gap
+    assert critical_path(t, (0, 400)) is not critical_path(t, (0, 400))
