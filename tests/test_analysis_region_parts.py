@@ -6,15 +6,22 @@ the cached call waits) is checked against the plain definition it replaces, on r
 
 from __future__ import annotations
 
+import gc
+import weakref
+from pathlib import Path
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gaplens.analysis import cause_messages, memo
 from gaplens.analysis.calls import Call, api_class, used_codes
 from gaplens.analysis.critical_path import _path, critical_path
+from gaplens.analysis.gaps import gap_columns
 from gaplens.analysis.regions import _regions, regions
 from gaplens.analysis.spans import BusySpans
 from gaplens.analysis.thread_time import DISPATCH_MAX_NS, _covered, _dispatching_ops, call_waits, waited_ns
+from gaplens.loaders import load
 from tests.handbuilt import Builder
 
 
@@ -92,6 +99,62 @@ def test_the_default_regions_are_kept_and_equal_a_fresh_reading():
     for col in ("device", "start_ns", "end_ns", "idle"):
         assert np.array_equal(getattr(first, col), getattr(fresh, col))
     assert regions(t, min_ns=250).start_ns.tolist() == [400]
+
+
+ALLOC_FAULT = Path(__file__).resolve().parent / "data" / "round4" / "alloc_fault.json.gz"  # 1.6k regions, 1k name calls
+
+
+def _fresh_columns(monkeypatch, block: int):
+    monkeypatch.setattr(cause_messages, "MESSAGE_BLOCK", block)
+    memo.clear()
+    trace = load(str(ALLOC_FAULT), use_cache=False)
+    return trace, gap_columns(trace)
+
+
+def test_messages_are_written_when_read_a_block_at_a_time(monkeypatch):
+    """Nothing is written by the reading itself; one read writes one block; blocks read in any order
+    give the messages the whole pass gives, region by region."""
+    written: list[int] = []
+    real = cause_messages.messages
+
+    def spy(trace, reg, *rest):
+        written.append(len(reg))
+        return real(trace, reg, *rest)
+
+    monkeypatch.setattr(cause_messages, "messages", spy)
+    trace, cols = _fresh_columns(monkeypatch, 100)
+    n = len(cols)
+    assert n > 1_000 and written == []
+    k = n - 1
+    assert isinstance(cols.message[k], str) and written == [n - (n - 1) // 100 * 100]
+    order = np.random.default_rng(0).permutation(n).tolist()
+    by_one = [""] * n
+    for i in order:
+        by_one[i] = cols.message[i]
+    whole = list(cause_messages.GapMessages(trace, *_inputs(cols)))
+    assert by_one == whole
+    assert sum(1 for m in whole if "the launching thread" in m) > 500  # the per-region sentences are there
+
+
+def _inputs(cols):
+    """A fresh GapMessages' inputs, from the one the columns hold."""
+    m = cols.message
+    return m._reg, m._nxt, m._cause, m._names, m._known, m._warm
+
+
+def test_messages_outlive_their_trace_and_keep_it_from_no_one(monkeypatch):
+    """Columns held after the trace is dropped still read every message (from a shallow copy), the trace
+    itself is collected, and the memo forgets its readings."""
+    trace, cols = _fresh_columns(monkeypatch, 100)
+    want = list(cause_messages.GapMessages(trace, *_inputs(cols)))
+    cols = gap_columns(trace)
+    assert cols.message._written.sum() == 0
+    gone = weakref.ref(trace)
+    del trace
+    gc.collect()
+    assert gone() is None
+    assert list(cols.message) == want
+    assert not any(ref() is None for m in memo._MEMOS for ref, _ in m.values())
 
 
 def test_the_whole_critical_path_is_walked_once_and_equals_a_fresh_walk():
