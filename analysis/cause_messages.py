@@ -7,12 +7,18 @@ nothing running: said with the numbers, never blamed on anyone.
 
 from __future__ import annotations
 
+import copy
+import operator
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
 import numpy as np
 
 from gaplens.analysis.busy import copy_label, copy_mask, device_splits, is_host_copy
 from gaplens.analysis.calls import CAPTURE_HINT, HOST_UNSEEN_HINT, Call, api_class, has_cpu_side, module_load_words
 from gaplens.analysis.regions import Regions
-from gaplens.analysis.thread_time import copy_op_of_calls, waited_ns
+from gaplens.analysis.thread_time import call_waits, copy_op_of_calls
 from gaplens.analysis.units import fmt_ns
 from gaplens.analysis.wait_calls import graph_launched, recorded_waits, wait_call_before
 from gaplens.loaders.model import Trace
@@ -45,6 +51,103 @@ COMM_HINT = (
     "the device only ran communication here: it waited for a peer or the network "
     "(compare the ranks: gaplens ranks RANK_TRACES…)"
 )
+
+
+#: Messages are written when first read, this many regions at a time: a screen or a report reads a few,
+#: an export or ``gaps --json --top 0`` reads them all (then in one pass). Each block is one vectorised
+#: ``messages`` call; 1,024 keeps a single read at about a millisecond.
+MESSAGE_BLOCK = 1024
+
+
+class GapMessages(Sequence[str]):
+    """Each blank region's message (``messages``), written the first time it is read, a block at a time.
+
+    An eager decode loop of 1M events has 170k regions; a sync-bound one (cloverleaf tiled to 1M) 156k
+    that each name their calls, 2.6 s of formatting that the summary, the report and the viewer never
+    read. A region's message depends on that region alone, so a block of them reads the same as the
+    whole. The trace is read through a weak reference while it lives (its memoised readings serve the
+    messages); the columns keep a shallow copy of it (the same arrays, no memo of its own) for the
+    messages read after it is gone. Neither keeps the trace itself alive: the memo drops a trace's
+    readings when the trace goes (``memo.per_trace``).
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        reg: Regions,
+        nxt: np.ndarray,
+        cause: np.ndarray,
+        names: Sequence[str],
+        known: np.ndarray,
+        warm: np.ndarray,
+    ) -> None:
+        self._trace = weakref.ref(trace)
+        self._shadow = copy.copy(trace)  # the same columns under another object: read only once the trace is gone
+        self._reg, self._nxt, self._cause, self._names, self._known, self._warm = reg, nxt, cause, names, known, warm
+        self._texts: list[str | None] = [None] * len(reg)
+        self._written = np.zeros(-(-len(reg) // MESSAGE_BLOCK), bool)  # per block
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        text = self._texts[k]
+        if text is None:
+            i = operator.index(k) % len(self)
+            self._write(np.asarray([i // MESSAGE_BLOCK]))
+            text = self._texts[i]
+        return text  # type: ignore[return-value]
+
+    def __iter__(self) -> Iterator[str]:
+        self._write(np.flatnonzero(~self._written))
+        return iter(self._texts)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _live(self) -> Trace:
+        """The trace while it lives (its memoised readings), else its shallow copy."""
+        trace = self._trace()
+        return self._shadow if trace is None else trace
+
+    def _write(self, blocks: np.ndarray) -> None:
+        """Write the messages of these blocks of regions, in one ``messages`` call."""
+        if blocks.size == 0:
+            return
+        trace = self._live()
+        starts = blocks * MESSAGE_BLOCK
+        idx = (starts[:, None] + np.arange(MESSAGE_BLOCK)).ravel()
+        idx = idx[idx < len(self)]
+        reg = self._reg
+        part = Regions(reg.device[idx], reg.start_ns[idx], reg.end_ns[idx], reg.idle[idx])
+        cause = np.asarray(self._names)[self._cause[idx]]
+        texts = messages(trace, part, self._nxt[idx], cause, self._known[idx], self._warm[idx])
+        for i, text in zip(idx.tolist(), texts, strict=True):
+            self._texts[i] = text
+        self._written[blocks] = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Kept with the readings (``store.readings``) as they stand: the trace as a reference, not a copy."""
+        state = dict(self.__dict__)
+        state["_trace"] = self._live()
+        del state["_shadow"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        trace = state.pop("_trace")
+        self.__dict__.update(state)
+        self._trace = weakref.ref(trace)
+        self._shadow = copy.copy(trace)
 
 
 def messages(
@@ -169,7 +272,7 @@ def _call_messages(trace: Trace, reg: Regions, gaps: np.ndarray, nxt: np.ndarray
     """For alloc- or sync-caused gaps: the calls of that class the launching thread made in the region and
     just before it (the run-ahead follows the call), by name with their count and time: ``cudaFree ×12 3.1 ms``."""
     cls = api_class(trace)
-    waited = waited_ns(trace, cls)
+    waited = call_waits(trace)
     per_lane: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the class's calls of a lane, once
     out = []
     for i in gaps.tolist():

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.analysis.busy import BusySpans, compute_mask, device_splits, gpu_work, overhead_spans
-from gaplens.analysis.cause_messages import messages
+from gaplens.analysis.cause_messages import GapMessages
 from gaplens.analysis.critical_path import QUEUE_AS_LAUNCH_NS
 from gaplens.analysis.regions import Regions
 from gaplens.analysis.thread_time import THREAD_CLASSES, split_gaps
@@ -79,8 +79,8 @@ def _first_at_or_after(
 
 def classify(
     trace: Trace, reg: Regions, nxt: np.ndarray, warm: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message.
+) -> tuple[np.ndarray, np.ndarray, GapMessages]:
+    """Per gap: cause code (index into ``CAUSES``), (k, len(CAUSES)) shares, and a message (written when read).
 
     What the device shows first: communication, then copies, then the profiler's own rows. The rest:
     ``dependency`` when the op that ends the gap was launched (its call ended) before the gap began, the
@@ -123,8 +123,8 @@ def classify(
     frac = split / dur[:, None]
     total = np.maximum(frac.sum(axis=1), 1e-12)
     late = rest * (1.0 - waited / dur)
-    for k, c in enumerate(THREAD_CLASSES):
-        out[:, col[c]] += np.where(known & ~queued, late * frac[:, k] / total, 0.0)
+    thread_cols = [col[c] for c in THREAD_CLASSES]
+    out[:, thread_cols] += np.where((known & ~queued)[:, None], late[:, None] * frac / total[:, None], 0.0)
     out[:, col["dependency"]] = np.where(queued, rest, np.where(known, rest * waited / dur, 0.0))
     out[:, col["unknown"]] = np.where(known, 0.0, rest)
     out[reg.idle] = 0.0
@@ -132,7 +132,7 @@ def classify(
     out = np.round(out, 4)
     cause = np.argmax(out, axis=1).astype(np.int8)
     warm = np.zeros(n, bool) if warm is None else warm
-    return cause, out, messages(trace, reg, nxt, np.asarray(CAUSES)[cause], known, warm)
+    return cause, out, GapMessages(trace, reg, nxt, cause, CAUSES, known, warm)
 
 
 def queued_before(trace: Trace, nxt: np.ndarray, starts: np.ndarray) -> np.ndarray:

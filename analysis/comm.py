@@ -122,9 +122,14 @@ def _under_comm_ranges(trace: Trace, cand: np.ndarray) -> np.ndarray:
     hosts = np.flatnonzero(np.isin(trace.kind, (int(Kind.CPU_OP), int(Kind.ANNOTATION))))
     if hosts.size == 0 or not cand.any():
         return out
-    n_ids, inv = np.unique(trace.name_id[hosts], return_inverse=True)
-    is_range = np.asarray([bool(COMM_RANGE.search(trace.names[int(i)])) for i in n_ids.tolist()], dtype=bool)
-    ranges = hosts[is_range[inv.reshape(-1)]]
+    # A table over the names the host events use: np.unique(return_inverse=True) sorted all of them
+    # (75 ms for the 659k CPU ops of decode_eager x1.04M).
+    ids = trace.name_id[hosts]
+    is_range = np.zeros(len(trace.names), dtype=bool)
+    is_range[ids] = True
+    used = np.flatnonzero(is_range)
+    is_range[used] = [bool(COMM_RANGE.search(trace.names[i])) for i in used.tolist()]
+    ranges = hosts[is_range[ids]]
     k = np.flatnonzero(cand & (trace.launch >= 0))
     if ranges.size == 0 or k.size == 0:
         return out

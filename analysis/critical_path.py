@@ -388,7 +388,20 @@ def _latest_before(group_src: np.ndarray, t_src: np.ndarray, group_q: np.ndarray
 
 
 def critical_path(trace: Trace, window: tuple[int, int] | None = None) -> CriticalPath:
-    """The critical path through ``window`` (default: first to last GPU activity)."""
+    """The critical path through ``window`` (default: first to last GPU activity; computed once per trace)."""
+    if window is None:
+        return _whole_path(trace)
+    return _path(trace, window)
+
+
+@per_trace
+def _whole_path(trace: Trace) -> CriticalPath:
+    """The default path, read by the blank regions, the smells and the export: its walk is one step per node
+    (534k nodes, 0.4-0.6 s, on the sync-bound cloverleaf tiled to 1M events), so it is walked once."""
+    return _path(trace, None)
+
+
+def _path(trace: Trace, window: tuple[int, int] | None) -> CriticalPath:
     gr = graph(trace)
     w0, w1 = window if window is not None else gpu_window(trace)
     empty = np.empty(0, np.int64)

@@ -52,7 +52,7 @@ class GapColumns:
     on_path: np.ndarray  # bool
     cause: np.ndarray  # index into CAUSES
     shares: np.ndarray  # (n, len(CAUSES)) share of each cause
-    message: list[str]
+    message: Sequence[str]  # ``cause_messages.GapMessages``: each written when first read
     next_op: np.ndarray  # the compute op that ended each gap (-1 at the window's end)
     warmup: np.ndarray  # bool: a one-off module load (``calls.module_load_regions``), never THE gap
 

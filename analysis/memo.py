@@ -1,9 +1,10 @@
 """Per-trace memoisation: a reading computed once while its Trace lives.
 
 Keyed by ``id(trace)`` with a weak reference to tell a live trace from a new one that
-reused the id. Results are shared: callers must not modify them. Where the app or the CLI
-installed a keeper (``use_keeper``; ``gaplens.store.readings``), a trace that came from the cache
-also keeps its readings there, so a reopen recomputes none: the readings never touch disk themselves.
+reused the id; a reading is dropped when its trace goes. Results are shared: callers must not
+modify them. Where the app or the CLI installed a keeper (``use_keeper``; ``gaplens.store.readings``),
+a trace that came from the cache also keeps its readings there, so a reopen recomputes none: the
+readings never touch disk themselves.
 """
 
 from __future__ import annotations
@@ -56,10 +57,18 @@ def per_trace(fn: Callable[[Trace], R]) -> Callable[[Trace], R]:
             result = fn(trace)
             if keeper is not None:
                 keeper.keep(trace, reading, result, time.perf_counter() - t0)
-        memo[id(trace)] = (weakref.ref(trace), result)
+        key = id(trace)
+        memo[key] = (weakref.ref(trace, functools.partial(_forget, memo, key)), result)
         return result
 
     return wrapper
+
+
+def _forget(memo: dict, key: int, gone: weakref.ref) -> None:
+    """The trace is gone: so is its reading (a reading may hold what the trace held, never the trace)."""
+    hit = memo.get(key)
+    if hit is not None and hit[0] is gone:
+        del memo[key]
 
 
 def clear() -> None:

@@ -57,6 +57,18 @@ class Regions:
 
 def regions(trace: Trace, device: int | None = None, window: tuple[int, int] | None = None, min_ns: int = 1) -> Regions:
     """Blank regions of each device (or one) inside its GPU window (or ``window``), at least ``min_ns`` long."""
+    if device is None and window is None and min_ns == 1:
+        return _every_region(trace)
+    return _regions(trace, device, window, min_ns)
+
+
+@per_trace
+def _every_region(trace: Trace) -> Regions:
+    """The default reading (every device, its whole GPU window): the gaps, the idle time and the summary read it."""
+    return _regions(trace, None, None, 1)
+
+
+def _regions(trace: Trace, device: int | None, window: tuple[int, int] | None, min_ns: int) -> Regions:
     devices = [device] if device is not None else [d.id for d in trace.meta.devices]
     parts = []
     splits = device_splits(trace)

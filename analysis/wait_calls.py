@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gaplens.analysis.busy import gpu_work
+from gaplens.analysis.calls import used_codes
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.waits import event_wait_rows
 from gaplens.loaders.model import Kind, Trace
@@ -26,9 +27,12 @@ def recorded_waits(trace: Trace) -> dict[int, tuple[int, int]]:
 def _wait_calls(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """The stream-wait API calls (cudaStreamWaitEvent, hipStreamWaitEvent, cuStreamWaitEvent) by lane, then start."""
     api = np.flatnonzero(trace.kind == int(Kind.CUDA_API))
-    ids, inv = np.unique(trace.name_id[api], return_inverse=True)
-    is_wait = np.asarray(["streamwaitevent" in trace.names[int(i)].lower() for i in ids.tolist()], bool)
-    calls = api[is_wait[inv.reshape(-1)]] if api.size else api
+    ids = trace.name_id[api]
+    # A table over the names the calls use (not ``np.unique(return_inverse=True)``: a sort of every call).
+    is_wait = np.zeros(len(trace.names), bool)
+    used = used_codes(ids, len(trace.names))
+    is_wait[used] = ["streamwaitevent" in trace.names[i].lower() for i in used.tolist()]
+    calls = api[is_wait[ids]]
     order = np.lexsort((trace.start_ns[calls], trace.lane[calls]))
     return calls[order], trace.lane[calls[order]].astype(np.int64)
 
@@ -85,7 +89,8 @@ def graph_launched(trace: Trace, ops: np.ndarray) -> np.ndarray:
     out = np.zeros(ops.size, bool)
     if ok.any():
         ids = trace.name_id[a[ok]]
-        uniq, inv = np.unique(ids, return_inverse=True)
-        graph = np.asarray(["graphlaunch" in trace.names[int(u)].lower() for u in uniq.tolist()], bool)
-        out[ok] = graph[inv.reshape(-1)]
+        graph = np.zeros(len(trace.names), bool)
+        used = used_codes(ids, len(trace.names))
+        graph[used] = ["graphlaunch" in trace.names[i].lower() for i in used.tolist()]
+        out[ok] = graph[ids]
     return out

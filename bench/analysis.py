@@ -16,6 +16,11 @@ Two samples: ``decode_eager`` (the H200 recording bundled in ``samples/``; many 
 with_stack, a training step). Target (issues 23, 31): <= 1 s per 1M events for all of them, on the
 2-core dev box, judged on the first run (fresh arrays and page faults, as a first open meets
 them); the best of five and the process CPU time are printed beside it.
+
+Why the first run costs more than the best (decode_eager x1.04M, 2026-12-04): fresh memory, about
+24k minor page faults against 7k in the later runs (0.05-0.1 s of system time plus the first touch);
+numpy's lazy ``numpy.ma`` import at the process's first ``np.unique`` (20 ms, once); and, before the
+floor's own memo was cleared here too, the floor (40-50 ms) that the later runs never recomputed.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ def readings(trace: Trace) -> dict[str, float]:
     """Each reading's own seconds from a cold memo, in the order the screens ask for them."""
     from gaplens.analysis import memo
     from gaplens.analysis.critical_path import critical_path
+    from gaplens.analysis.floor import floors as floor_memo
     from gaplens.analysis.floor.reading import floors
     from gaplens.analysis.gaps import gap_columns
     from gaplens.analysis.phases import phases
@@ -50,6 +56,7 @@ def readings(trace: Trace) -> dict[str, float]:
     from gaplens.analysis.summary import summary
 
     memo.clear()
+    floor_memo._FLOORS.clear()  # the floor keeps its own memo (per trace and spec file): cold as well
     steps_in_order = (
         ("critical path", critical_path),
         ("blank regions", gap_columns),
