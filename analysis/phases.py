@@ -415,6 +415,21 @@ def int_column(found: list[Phase], field: str) -> np.ndarray:
     return _int_columns(found, (field,)).reshape(-1)
 
 
+def span_durations(found: list[Phase]) -> np.ndarray:
+    """Each phase's ``dur_ns`` (its GPU span's length) from the span columns, not one property call per phase."""
+    s, e = _span_columns(found)[:2]
+    return e - s
+
+
+def process_order(found: list[Phase]) -> list[int]:
+    """The processes of ``found`` in order of their first phase: ``by_process``'s keys, without its lists."""
+    if not found:
+        return []
+    pid = int_column(found, "pid")
+    values, first = np.unique(pid, return_index=True)
+    return values[np.argsort(first, kind="stable")].tolist()
+
+
 def family_labels(found: list[Phase]) -> dict[str, str]:
     """Each phase name's display family: ``family(name)`` when the folded name holds several
     distinct names (``decode_step 0``, ``decode_step 1``, ...), else the name itself. One name

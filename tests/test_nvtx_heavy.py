@@ -22,7 +22,7 @@ from bench import nvtx
 from bench.nsys_synth import add_layer_ranges, make_export
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.pacing import host_blank_ns, pacing, pacing_row
-from gaplens.analysis.phases import PhaseList, phases
+from gaplens.analysis.phases import PhaseList, by_process, phases, process_order, span_durations
 from gaplens.analysis.words import MOSTLY
 from gaplens.loaders import load
 from gaplens.loaders.model import LaneKind
@@ -188,6 +188,16 @@ def _binding_by_op(trace, ops: dict, origin: int) -> list[int]:
         for i in np.flatnonzero(np.isin(trace.lane, on_stream)).tolist()
     }
     return [key[(a, st)] for a, st in zip(ops["start"].tolist(), ops["stream"].tolist(), strict=True)]
+
+
+def test_phase_columns_read_as_the_phases_do(export):
+    """Durations and the process order from the columns: each phase's dur_ns, by_process's keys."""
+    found = phases(load(export))
+    assert span_durations(found).tolist() == [p.dur_ns for p in found]
+    assert process_order(found) == list(by_process(found)) and len(process_order(found)) == PROCESSES
+    shuffled = found[::-1]  # a plain list, read phase by phase
+    assert span_durations(shuffled).tolist() == [p.dur_ns for p in shuffled]
+    assert process_order(shuffled) == list(by_process(shuffled))
 
 
 def test_kept_phases_read_back_equal_and_as_columns(export, tmp_path, monkeypatch):
