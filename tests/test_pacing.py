@@ -7,9 +7,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gaplens.analysis.busy import compute_mask
-from gaplens.analysis.pacing import pacing
+from gaplens.analysis.pacing import _rounded, pacing
 from gaplens.analysis.phases import family_pct, fold_families, phases
 from gaplens.analysis.protocol.report import MAX_ROWS, _md, _most_common, pacing_table
 from gaplens.analysis.steps import steps
@@ -140,3 +142,23 @@ def test_most_common_verdict_tie_goes_to_the_earliest_member():
     assert _most_common(np.asarray([6, 5, 5, 6], np.int8)) == 6
     assert _most_common(np.asarray([7, 5, 6, 6, 5], np.int8)) == 5
     assert _most_common(np.asarray([3], np.int8)) == 3
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(-1e4, 1e4),
+            st.integers(-(10**6), 10**6).map(lambda k: k / 200),  # exact halves at 2 digits: 0.125, 0.005 ...
+            st.integers(-(10**6), 10**6).map(lambda k: k / 20 + 0.0),  # and at 1 digit
+            st.integers(0, 10**6).map(lambda k: 100.0 * k / 999_983),  # shares as pacing computes them
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([1, 2]),
+)
+def test_shares_round_as_python_rounds(values, digits):
+    got = _rounded(np.asarray(values, np.float64), digits).tolist()
+    want = [round(v, digits) for v in values]
+    assert [repr(g) for g in got] == [repr(w) for w in want]  # repr: -0.0, nan and inf as Python has them
