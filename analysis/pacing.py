@@ -270,7 +270,7 @@ def pacing_columns(
         [early, 4, 5, 6],
         7,
     )
-    out = {"start_ns": s, "end_ns": e, "code": code.astype(np.int8)}
+    out: dict[str, np.ndarray] = {"start_ns": s, "end_ns": e, "code": code.astype(np.int8)}
     out |= {"busy_pct": busy_r, "comm_pct": comm_r, "copy_pct": copy_r, "host_blank_pct": host_r}
     out |= {
         "launch_bound_pct": _rounded(100.0 * launch_bound, 1),
