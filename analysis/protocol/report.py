@@ -19,7 +19,6 @@ from gaplens.analysis.protocol.notes import Notes, notes_markdown
 from gaplens.analysis.protocol.walk import Walkthrough
 from gaplens.analysis.smells import rollup, smells
 from gaplens.analysis.steps import steps
-from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 
@@ -42,12 +41,12 @@ def report_markdown(trace: Trace, notes: dict | Notes | None = None, walk: Walkt
     raw = notes.answers if isinstance(notes, Notes) else notes
     answers = {int(k): v for k, v in (raw or {}).items() if str(k).isdigit()}
     walk = Walkthrough(trace, saved) if walk is None else walk
-    s = summary(trace, top=5)
-    name = os.path.basename(trace.meta.path) or "trace"
+    meta = trace.meta  # the header reads the trace itself: ``summary`` would build every phase's JSON row for it
+    name = os.path.basename(meta.path) or "trace"
     out = [f"# gaplens report: {_md(name)}", ""]
     out += [
-        f"Source: {s['source']['format']} ({_md(s['source']['version'])}), {s['events']:,} events; times are "
-        f"relative to origin_ns {s['origin_ns']}.",
+        f"Source: {meta.source_format} ({_md(meta.source_version)}), {len(trace):,} events; times are "
+        f"relative to origin_ns {meta.origin_ns}.",
         "",
     ]
     for step in walk.steps():
