@@ -108,3 +108,62 @@ def test_hostile_values_read_as_missing_and_counted(smells_copy):
     said = " ".join(trace.meta.warnings)
     assert "NVTX rows without a usable start skipped" in said
     assert "non-integer or out-of-range values in NVTX_EVENTS read as missing" in said
+
+
+def _annotations(trace) -> tuple:
+    ann = np.flatnonzero(np.isin(trace.kind, [int(Kind.ANNOTATION), int(Kind.MARK)]))
+    return (
+        trace.start_ns[ann].tolist(),
+        trace.end_ns[ann].tolist(),
+        [trace.names[int(i)] for i in trace.name_id[ann].tolist()],
+        [trace.details[int(i)] for i in trace.detail_id[ann].tolist()],
+        trace.depth[ann].tolist(),
+        list(trace.meta.warnings),
+    )
+
+
+@pytest.mark.parametrize("hostile", [False, True])
+def test_rows_from_the_pages_equal_rows_through_sql(smells_copy, monkeypatch, tmp_path, hostile):
+    """The integer columns decoded from the pages (every row, then the types read) give the rows, names, details
+    and counts that SQL's row-by-row read gives; a table the pages cannot read exactly goes through SQL."""
+    from gaplens.loaders.nsys import sql
+
+    con = sqlite3.connect(smells_copy)
+    (tid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()
+    rows = [
+        (5_000_000_000 + 100 * k, 5_000_000_050 + 100 * k, 59, f"layers.{k % 7}", tid, None, None, 0) for k in range(50)
+    ]
+    rows += [
+        (5_000_010_000, None, 59, "never closed", tid, None, None, 0),
+        (1, 2, 33, "a category", tid, None, None, 0),
+    ]
+    if hostile:
+        rows.append((5_000_020_000, 5_000_020_100.5, 59, "float end", tid, None, None, 0))
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, domainId)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    con.commit()
+    con.close()
+    paged = _annotations(load(smells_copy))
+    monkeypatch.setattr(sql, "PAGES", False)
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache-sql"))
+    assert _annotations(load(smells_copy)) == paged
+
+
+def test_a_value_out_of_range_in_a_row_not_read_is_not_counted(smells_copy):
+    """The pages decode every row; a value out of range in a row of a type the reader skips (a category row)
+    sends the read through SQL, which never judges that row: no value is reported missing."""
+    con = sqlite3.connect(smells_copy)
+    (tid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()
+    con.execute(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, domainId)"
+        " VALUES (?, NULL, 33, 'a category', ?, NULL, NULL, 0)",
+        (2**62 + 5, tid),  # past the start column's range
+    )
+    con.commit()
+    con.close()
+    trace = load(smells_copy)
+    assert "NVTX_EVENTS" not in " ".join(trace.meta.warnings)
+    assert int((trace.kind == int(Kind.ANNOTATION)).sum()) == 21  # the export's own ranges, all read

@@ -155,20 +155,26 @@ def _rows(ctx: Context) -> _Rows | None:
         "domain": c.int("domainId"),
     }
     text_sql = f"CAST({sc.col(NVTX, 'text')} AS TEXT)"  # text, not judged as an integer
-    sel = ", ".join([*(sp.sql for sp in specs.values()), text_sql])
-    raw = ctx.reader.con().execute(f'SELECT {sel} FROM {NVTX} WHERE "eventType" IN {types} ORDER BY rowid').fetchall()
-    if not raw:
+    where = f'WHERE "eventType" IN {types} ORDER BY rowid'
+    got = _from_pages(ctx, specs, types, f"SELECT {text_sql} FROM {NVTX} {where}")
+    if got is not None:
+        cols, ok, text = got
+    else:
+        sel = ", ".join([*(sp.sql for sp in specs.values()), text_sql])
+        raw = ctx.reader.con().execute(f"SELECT {sel} FROM {NVTX} {where}").fetchall()
+        if not raw:
+            return None
+        *values, text = zip(*raw, strict=True)
+        del raw
+        cols, ok = {}, {}
+        bad = 0
+        for (key, spec), col in zip(specs.items(), values, strict=True):
+            cols[key], ok[key], n_bad = _judged(col, spec)
+            bad += n_bad
+        if bad:
+            ctx.reader.bad[NVTX] = ctx.reader.bad.get(NVTX, 0) + bad
+    if not len(text):
         return None
-    *values, text = zip(*raw, strict=True)
-    del raw
-    cols: dict[str, np.ndarray] = {}
-    ok: dict[str, np.ndarray] = {}
-    bad = 0
-    for (key, spec), col in zip(specs.items(), values, strict=True):
-        cols[key], ok[key], n_bad = _judged(col, spec)
-        bad += n_bad
-    if bad:
-        ctx.reader.bad[NVTX] = ctx.reader.bad.get(NVTX, 0) + bad
     usable = ok["start"] & ok["etype"]
     ctx.repairs.add("NVTX rows without a usable start skipped", int(usable.size - np.count_nonzero(usable)))
     if not usable.all():
@@ -177,6 +183,28 @@ def _rows(ctx: Context) -> _Rows | None:
         ok = {k: v[idx] for k, v in ok.items()}
         text = tuple(text[i] for i in idx.tolist())
     return _Rows(**cols, ok=ok, text=list(text))
+
+
+def _from_pages(
+    ctx: Context, specs: dict[str, Int], types: tuple[int, ...], text_sql: str
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], tuple] | None:
+    """The integer columns of the rows read, decoded from the table's pages (every row, then those of the types
+    read), and their text through SQL; None when the pages cannot say exactly what the row-by-row read would:
+    a table or value they cannot decode, or any value out of its range (the row-by-row read judges only the rows
+    of the types read, so their count of bad values is its own)."""
+    before = dict(ctx.reader.bad)
+    bulk = ctx.reader.page_ints(NVTX, specs)
+    if bulk is None or ctx.reader.bad != before:
+        ctx.reader.bad.clear()
+        ctx.reader.bad.update(before)
+        return None
+    keep = np.flatnonzero(np.isin(bulk["etype"], types))
+    text = tuple(row[0] for row in ctx.reader.con().execute(text_sql))
+    if len(text) != keep.size:  # the rows changed between the reads: read them again, together
+        return None
+    cols = {k: v[keep] for k, v in bulk.items()}
+    ok = {k: v != NULL for k, v in cols.items()}
+    return {k: np.where(ok[k], v, 0) for k, v in cols.items()}, ok, text
 
 
 def _judged(values: tuple, spec: Int) -> tuple[np.ndarray, np.ndarray, int]:
