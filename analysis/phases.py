@@ -242,7 +242,8 @@ class MarkerClock:
                 more = count > best_count[m]  # strictly more: the first group with the most wins, as before
                 best[m[more]], best_count[m[more]] = lane, count[more]
         busiest = self._busiest()
-        fallback = np.asarray([busiest.get(int(p), -1) for p in pid.tolist()], np.int64)
+        procs, inverse = np.unique(pid, return_inverse=True)  # each process looked up once, not each range
+        fallback = np.asarray([busiest.get(p, -1) for p in procs.tolist()], np.int64)[inverse.reshape(-1)]
         return np.where(best_count > 0, best, fallback), best_count
 
     def at(self, lane: int, t: int) -> int:
