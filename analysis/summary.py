@@ -35,8 +35,12 @@ def top_names(trace: Trace, kinds, top: int = 10) -> list[dict]:
     return name_stats(trace, kinds).rows(top)
 
 
-def summary(trace: Trace, top: int = 10) -> dict:
-    """Everything `gaplens summary --json` prints; keys are the DESIGN.md contract."""
+def summary(trace: Trace, top: int = 10, phase_rows: bool = True) -> dict:
+    """Everything `gaplens summary --json` prints; keys are the DESIGN.md contract.
+
+    ``phase_rows=False`` leaves the row per phase out (``phases`` is None): the text summary prints the families,
+    and 100k NVTX ranges made 100k rows for it to drop.
+    """
     meta = trace.meta
     share = busy_share(trace)
     devices = []
@@ -97,7 +101,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
         "processes": {str(pid): name for pid, name in meta.processes.items() if pid in pids},
         "step": steps(trace).to_json(),
         "step_by_process": step_by_process(trace),
-        "phases": phases_json(trace, found),
+        "phases": phases_json(trace, found) if phase_rows else None,
         "phase_families": family_rows(trace, found),
         "top_kernels": top_names(trace, (Kind.KERNEL,), top),
         "top_cuda_api": top_names(trace, (Kind.CUDA_API,), top),
