@@ -28,7 +28,7 @@ import numpy as np
 from gaplens.analysis.alloc_sites import allocating_ops, released_in_a_burst
 from gaplens.analysis.calls import Call, api_class
 from gaplens.analysis.memo import per_trace
-from gaplens.analysis.phases import phases
+from gaplens.analysis.phases import int_column, phases
 from gaplens.analysis.step_names import family
 from gaplens.analysis.steps import step_of, steps
 from gaplens.analysis.units import fmt_ns
@@ -428,17 +428,18 @@ def _phase_holding(trace: Trace, idx: np.ndarray) -> str:
         return ""
     t = np.sort(trace.start_ns[idx])
     found = phases(trace)
-    hs = np.fromiter((p.host_start_ns for p in found), np.int64, len(found))
-    he = np.fromiter((p.host_end_ns for p in found), np.int64, len(found))
-    inside = (np.searchsorted(t, he, "right") - np.searchsorted(t, hs, "left")).tolist()
-    fams: dict[str, str] = {}  # name -> family, once per name
-    held: dict[str, list[int]] = {}  # family -> [events inside, depth]
-    for p, n in zip(found, inside, strict=True):
-        fam = fams.get(p.name)
-        if fam is None:
-            fam = fams[p.name] = family(p.name)
-        acc = held.setdefault(fam, [0, p.depth])
-        acc[0] += n
-        acc[1] = max(acc[1], p.depth)
+    if not found:
+        return ""
+    hs, he = int_column(found, "host_start_ns"), int_column(found, "host_end_ns")
+    inside = np.searchsorted(t, he, "right") - np.searchsorted(t, hs, "left")
+    # Per family (each distinct name folded once): the events inside its members, and its deepest member's depth.
+    name_code: dict[str, int] = {}
+    code = np.fromiter((name_code.setdefault(p.name, len(name_code)) for p in found), np.int64, len(found))
+    fam_code: dict[str, int] = {}
+    of_name = np.asarray([fam_code.setdefault(family(n), len(fam_code)) for n in name_code], np.int64)[code]
+    count = np.bincount(of_name, weights=inside, minlength=len(fam_code))
+    deepest = np.full(len(fam_code), np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(deepest, of_name, int_column(found, "depth"))
+    held = {fam: (int(count[k]), int(deepest[k])) for fam, k in fam_code.items()}
     ok = [(depth, name) for name, (n, depth) in held.items() if n >= PHASE_HOLDS_SHARE * idx.size]
     return max(ok)[1] if ok else ""

@@ -212,30 +212,43 @@ def _op_columns(trace: Trace, t0: np.ndarray, t1: np.ndarray, dev: list[int | No
     return cols
 
 
-def _pct(part: np.ndarray, dur: np.ndarray) -> list[float]:
+def _pct(part: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """``round(100 * part / dur, 2)`` each."""
     return _rounded(100.0 * part / dur, 2)
 
 
-def _rounded(x: np.ndarray, digits: int) -> list[float]:
-    """``round(v, digits)`` of each value as Python rounds it (numpy's ``round`` differs at halves), once per
-    distinct value: 100k phases' shares repeat (0.0, 100.0, the same few op counts)."""
-    values, inverse = np.unique(x, return_inverse=True)
-    done = np.asarray([round(v, digits) for v in values.tolist()], np.float64)
-    return done[inverse.reshape(-1)].tolist()
+def _rounded(x: np.ndarray, digits: int) -> np.ndarray:
+    """``round(v, digits)`` of each value as Python rounds it (the decimal nearest the exact binary value, ties to
+    even), in numpy: rint(v * 10**digits) / 10**digits is that value wherever v * 10**digits lies clearly off a
+    half (its rounding error cannot move it across one, and the division is correctly rounded); the values near a
+    half (``_NEAR_HALF``), beyond 2**52 or not finite are rounded by Python itself. 100k phases' shares were
+    100k ``round`` calls, then one per distinct value after a sort (~0.1 s of pacing)."""
+    x = np.asarray(x, np.float64)
+    scale = 10.0**digits
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = x * scale
+        out = np.rint(y) / scale
+        off_half = np.abs(y - np.floor(y) - 0.5) > np.maximum(_NEAR_HALF, np.abs(y) * _NEAR_HALF_REL)
+    python = ~(np.isfinite(y) & off_half & (np.abs(y) < 2.0**52))
+    if python.any():
+        at = np.flatnonzero(python)
+        out[at] = [round(v, digits) for v in x[at].tolist()]
+    return out
 
 
-def pacing_rows(
-    trace: Trace,
-    t0: Sequence[int] | np.ndarray,
-    t1: Sequence[int] | np.ndarray,
-    names: Sequence[str],
-    devices: Sequence[int | None],
-    extra: dict[str, Sequence] | None = None,
-) -> list[dict]:
-    """``pacing_row`` of many spans, all at once (a framework's NVTX range per layer per step is 100k phases:
-    one row at a time was 100k rounds of binary searches and percentiles, most of a report). ``extra``'s
-    columns close each row (``pacing``'s depth and pid)."""
+#: Within this of a half (absolute, and relative to the scaled value), a value is rounded by Python: far wider
+#: than the error of scaling a double (half a unit in its last place, ~1e-16 relative).
+_NEAR_HALF = 1e-6
+_NEAR_HALF_REL = 1e-12
+
+
+def pacing_columns(
+    trace: Trace, t0: Sequence[int] | np.ndarray, t1: Sequence[int] | np.ndarray, devices: Sequence[int | None]
+) -> dict[str, np.ndarray]:
+    """The numbers of ``pacing_rows``, one array per field over the spans (a framework's NVTX range per layer per
+    step is 100k phases: one row at a time was 100k rounds of binary searches and percentiles, most of a report;
+    and 100k dicts cost more than the numbers in them). ``code`` indexes ``VERDICTS``; the shares are rounded as
+    Python rounds them."""
     s = np.asarray(t0, np.int64).reshape(-1)
     e = np.asarray(t1, np.int64).reshape(-1)
     dev = list(devices)
@@ -244,8 +257,7 @@ def pacing_rows(
     busy = _busy_parts(trace, s, e, dev)
     blank, host = _host_blank(trace, s, e, dev)
     c = _op_columns(trace, s, e, dev)
-    busy_l, comm_l, copy_l, host_l = (_pct(x, dur) for x in (busy["compute"], busy["comm"], busy["copy"], host))
-    busy_r, comm_r, copy_r = (np.asarray(x, np.float64) for x in (busy_l, comm_l, copy_l))
+    busy_r, comm_r, copy_r, host_r = (_pct(x, dur) for x in (busy["compute"], busy["comm"], busy["copy"], host))
     ops = c["ops"]
     most = 100 * MOSTLY
     # Communication, copies or nothing filled the span: no op-level reading applies (codes 1-3).
@@ -257,12 +269,43 @@ def pacing_rows(
         [early > 0, c["has"] == 0, host_paced | ((launch_bound > MOSTLY) & (busy_r < most)), device_bound > MOSTLY],
         [early, 4, 5, 6],
         7,
-    ).tolist()
-    launch_pct, device_pct = _rounded(100.0 * launch_bound, 1), _rounded(100.0 * device_bound, 1)
-    ops_l, has_l, clamped_l, op_l = (c[k].tolist() for k in ("ops", "has", "clamped", "median_op"))
-    p10_l, median_l, p90_l, max_l = (c[q].tolist() for q in ("p10", "median", "p90", "max"))
+    )
+    out: dict[str, np.ndarray] = {"start_ns": s, "end_ns": e, "code": code.astype(np.int8)}
+    out |= {"busy_pct": busy_r, "comm_pct": comm_r, "copy_pct": copy_r, "host_blank_pct": host_r}
+    out |= {
+        "launch_bound_pct": _rounded(100.0 * launch_bound, 1),
+        "device_bound_pct": _rounded(100.0 * device_bound, 1),
+    }
+    return out | {k: c[k] for k in ("ops", "has", "clamped", "median_op", "p10", "median", "p90", "max")}
+
+
+def pacing_rows(
+    trace: Trace,
+    t0: Sequence[int] | np.ndarray,
+    t1: Sequence[int] | np.ndarray,
+    names: Sequence[str],
+    devices: Sequence[int | None],
+    extra: dict[str, Sequence] | None = None,
+) -> list[dict]:
+    """``pacing_row`` of many spans, all at once (``pacing_columns``). ``extra``'s columns close each row
+    (``pacing``'s depth and pid)."""
+    return _rows(pacing_columns(trace, t0, t1, devices), names, devices, extra)
+
+
+def _rows(
+    cols: dict[str, np.ndarray], names: Sequence[str], devices: Sequence[int | None], extra: dict[str, Sequence] | None
+) -> list[dict]:
+    """One dict per span from ``pacing_columns``, its keys in the JSON's order."""
+    busy_l, comm_l, copy_l, host_l, launch_pct, device_pct = (
+        cols[k].tolist()
+        for k in ("busy_pct", "comm_pct", "copy_pct", "host_blank_pct", "launch_bound_pct", "device_bound_pct")
+    )
+    ops_l, has_l, clamped_l, op_l = (cols[k].tolist() for k in ("ops", "has", "clamped", "median_op"))
+    p10_l, median_l, p90_l, max_l = (cols[q].tolist() for q in ("p10", "median", "p90", "max"))
     out = []
-    for k, (a, b, name, device, v) in enumerate(zip(s.tolist(), e.tolist(), names, dev, code, strict=True)):
+    for k, (a, b, name, device, v) in enumerate(
+        zip(cols["start_ns"].tolist(), cols["end_ns"].tolist(), names, devices, cols["code"].tolist(), strict=True)
+    ):
         row: dict = {
             "name": name,
             "start_ns": a,
@@ -297,15 +340,29 @@ def pacing_rows(
 VERDICTS = ("", "comm-bound", "copy-bound", "idle", "unknown", "cpu-bound", "device-paced", "mixed")
 
 
+def _phase_devices(trace: Trace, found: list[Phase]) -> list[int | None]:
+    """The device each phase was timed on (None: host-only)."""
+    lane_device = [ln.device for ln in trace.lanes]
+    return [lane_device[k] if k >= 0 else None for k in int_column(found, "lane").tolist()]
+
+
+@per_trace
+def phase_pacing(trace: Trace) -> dict[str, np.ndarray]:
+    """``pacing_columns`` of every phase (``analysis.phases``), kept with the trace: the report's table reads these
+    columns, never 100k rows."""
+    found = phases(trace)
+    return pacing_columns(
+        trace, int_column(found, "start_ns"), int_column(found, "end_ns"), _phase_devices(trace, found)
+    )
+
+
 def pacing(trace: Trace, found: list[Phase] | None = None) -> list[dict]:
     """One pacing row per phase (its GPU span, on its device), in time order."""
-    found = phases(trace) if found is None else found
-    lane_device = [ln.device for ln in trace.lanes]
-    return pacing_rows(
-        trace,
-        int_column(found, "start_ns"),
-        int_column(found, "end_ns"),
-        [p.name for p in found],
-        [lane_device[k] if k >= 0 else None for k in int_column(found, "lane").tolist()],
-        {"depth": int_column(found, "depth").tolist(), "pid": int_column(found, "pid").tolist()},
-    )
+    if found is None:
+        found, cols = phases(trace), phase_pacing(trace)
+    else:
+        cols = pacing_columns(
+            trace, int_column(found, "start_ns"), int_column(found, "end_ns"), _phase_devices(trace, found)
+        )
+    extra = {"depth": int_column(found, "depth").tolist(), "pid": int_column(found, "pid").tolist()}
+    return _rows(cols, [p.name for p in found], _phase_devices(trace, found), extra)

@@ -23,6 +23,7 @@ domains) and PyTorch's own markers (``PYTORCH_MARKERS``) stay visible as rows bu
 
 from __future__ import annotations
 
+import collections
 import itertools
 import re
 from collections.abc import Iterator
@@ -81,7 +82,7 @@ def is_pytorch_marker(name: str) -> bool:
     return _PYTORCH_MARKER.match(name.strip()) is not None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Phase:
     name: str
     host_start_ns: int
@@ -123,6 +124,7 @@ class PhaseList(list):
     _device: np.ndarray | None = None  # device per phase, -1 for None
     _span_cols: tuple[np.ndarray, ...] | None = None  # ``_span_columns``, built on first use
     _labels: tuple[int, dict[str, str]] | None = None  # ``family_labels``, built on first use
+    _index: _SpanIndex | None = None  # ``_span_index``, built on first use
 
     def _columns(self) -> tuple[np.ndarray, np.ndarray]:
         if self._ints is not None and self._device is not None and self._ints.shape[0] == len(self):
@@ -141,19 +143,17 @@ class PhaseList(list):
     def _fill(self, names: list[str], ints: np.ndarray, device: np.ndarray) -> None:
         """Build the phases from columns, keeping the columns for ``_span_columns`` and pickling.
 
-        Each Phase is made without its frozen ``__init__`` (ten ``object.__setattr__`` per phase were half
-        the time 100k NVTX phases took to build or to read back); the fields are the same.
+        Each Phase is made without its frozen ``__init__`` (ten ``object.__setattr__`` per phase were half the
+        time 100k NVTX phases took to build or to read back): the objects first, then each field's column set
+        through its slot, a C loop per field (a dict per phase, filled in Python, took twice as long).
         """
         ints = ints.reshape(-1, len(_INT_FIELDS)).astype(np.int64, copy=False)
         device = device.astype(np.int64, copy=False)
         cols = [c.tolist() for c in ints.T]
         devs = [None if d < 0 else d for d in device.tolist()]
-        new = object.__new__
-        out = []
-        for values in zip(names, *cols[:-1], devs, cols[-1], strict=True):
-            p = new(Phase)
-            p.__dict__.update(zip(_FIELDS, values, strict=True))
-            out.append(p)
+        out = list(map(object.__new__, itertools.repeat(Phase, len(names))))
+        for name, column in zip(_FIELDS, (names, *cols[:-1], devs, cols[-1]), strict=True):
+            collections.deque(map(getattr(Phase, name).__set__, out, column), maxlen=0)
         self[:] = out
         self._ints, self._device = ints, device
         self._span_cols = tuple(np.ascontiguousarray(ints[:, k]) for k in (2, 3, 0, 1, 4))
@@ -242,7 +242,8 @@ class MarkerClock:
                 more = count > best_count[m]  # strictly more: the first group with the most wins, as before
                 best[m[more]], best_count[m[more]] = lane, count[more]
         busiest = self._busiest()
-        fallback = np.asarray([busiest.get(int(p), -1) for p in pid.tolist()], np.int64)
+        procs, inverse = np.unique(pid, return_inverse=True)  # each process looked up once, not each range
+        fallback = np.asarray([busiest.get(p, -1) for p in procs.tolist()], np.int64)[inverse.reshape(-1)]
         return np.where(best_count > 0, best, fallback), best_count
 
     def at(self, lane: int, t: int) -> int:
@@ -415,6 +416,21 @@ def int_column(found: list[Phase], field: str) -> np.ndarray:
     return _int_columns(found, (field,)).reshape(-1)
 
 
+def span_durations(found: list[Phase]) -> np.ndarray:
+    """Each phase's ``dur_ns`` (its GPU span's length) from the span columns, not one property call per phase."""
+    s, e = _span_columns(found)[:2]
+    return e - s
+
+
+def process_order(found: list[Phase]) -> list[int]:
+    """The processes of ``found`` in order of their first phase: ``by_process``'s keys, without its lists."""
+    if not found:
+        return []
+    pid = int_column(found, "pid")
+    values, first = np.unique(pid, return_index=True)
+    return values[np.argsort(first, kind="stable")].tolist()
+
+
 def family_labels(found: list[Phase]) -> dict[str, str]:
     """Each phase name's display family: ``family(name)`` when the folded name holds several
     distinct names (``decode_step 0``, ``decode_step 1``, ...), else the name itself. One name
@@ -506,19 +522,69 @@ def _blocks(n_queries: int, n_phases: int) -> Iterator[slice]:
 #: Queries asked together, near in time, against the phases that come near them: the smells' findings
 #: against 92k nested NVTX phases were 700 x 92k comparisons per column (4.7 s) where ~20 phases matter.
 _NEAR_BLOCK = 64
+#: A block whose queries x nearby phases pass this many cells asks each of its queries alone, against the phases
+#: near that query only: one wide finding (a whole decode step over 100k layer ranges) made its 63 neighbours
+#: compare themselves with every phase it spans (64 x 100k cells a column: ~0.1 s a block).
+_NEAR_CELLS = 1 << 16
+#: Share of the phases, the longest, that every query is checked against; the rest are found by binary search in
+#: start order, at most the cut-off length before a query's start.
+_LONG_SHARE = 0.01
 
 
-def _near(cols: tuple[np.ndarray, ...], t0: np.ndarray, t1: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+class _SpanIndex:
+    """Phases near an interval without a pass over all of them: per span (GPU, host), the starts in order and
+    the longest ``_LONG_SHARE`` apart. A phase near [lo, hi] (s <= hi, e >= lo) that is not among the longest
+    ends at most ``cut`` after its start, so it starts in [lo - cut, hi]: two binary searches."""
+
+    def __init__(self, cols: tuple[np.ndarray, ...]) -> None:
+        self.cols = cols[:4]
+        self.parts = [self._part(s, e) for s, e in ((cols[0], cols[1]), (cols[2], cols[3]))]
+
+    @staticmethod
+    def _part(s: np.ndarray, e: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        length = e - s
+        keep = min(length.size - 1, int(length.size * (1 - _LONG_SHARE)))
+        cut = max(int(np.partition(length, keep)[keep]), 0) if length.size else 0
+        order = np.argsort(s, kind="stable")
+        return cut, order, s[order], np.flatnonzero(length > cut)
+
+    def near(self, lo: int, hi: int) -> np.ndarray:
+        """Indices, ascending, of the phases whose GPU or host span comes near [lo, hi]: s <= hi and e >= lo."""
+        found = []
+        for (cut, order, starts, long), (s, e) in zip(self.parts, (self.cols[:2], self.cols[2:]), strict=True):
+            a = int(np.searchsorted(starts, lo - cut, "left"))
+            b = int(np.searchsorted(starts, hi, "right"))
+            cand = np.concatenate([order[a:b], long])
+            found.append(cand[(s[cand] <= hi) & (e[cand] >= lo)])
+        return np.unique(np.concatenate(found))
+
+
+def _span_index(found: list[Phase]) -> _SpanIndex:
+    """The phases' ``_SpanIndex``; a ``PhaseList`` builds it once."""
+    cached = getattr(found, "_index", None)
+    if cached is not None and cached.cols[0].size == len(found):
+        return cached
+    out = _SpanIndex(_span_columns(found))
+    if isinstance(found, PhaseList):
+        found._index = out
+    return out
+
+
+def _near(found: list[Phase], t0: np.ndarray, t1: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(queries, phases) in blocks: each block of queries, near in time, with every phase whose GPU or host span
     comes near the block's stretch [A, B]: s <= B and e >= A (ends included). A phase outside that can neither
-    overlap a query of the block nor hold one's instant, so leaving it out changes no answer."""
-    s, e, hs, he = cols[:4]
+    overlap a query of the block nor hold one's instant, so leaving it out changes no answer; nor does leaving
+    out, for a query asked alone, the phases near its block but not near itself."""
+    index = _span_index(found)
+    lo_q, hi_q = np.minimum(t0, t1), np.maximum(t0, t1)
     order = np.argsort(t0, kind="stable")
     for k in range(0, order.size, _NEAR_BLOCK):
         q = order[k : k + _NEAR_BLOCK]
-        lo = int(min(t0[q].min(), t1[q].min()))
-        hi = int(max(t0[q].max(), t1[q].max()))
-        near = np.flatnonzero(((s <= hi) & (e >= lo)) | ((hs <= hi) & (he >= lo)))
+        near = index.near(int(lo_q[q].min()), int(hi_q[q].max()))
+        if q.size > 1 and q.size * near.size > _NEAR_CELLS:
+            for j in q.tolist():
+                yield np.asarray([j]), index.near(int(lo_q[j]), int(hi_q[j]))
+            continue
         for blk in _blocks(q.size, near.size):
             yield q[blk], near
 
@@ -534,7 +600,7 @@ def innermost_each(found: list[Phase], t0: np.ndarray, t1: np.ndarray) -> np.nda
     if not found or t0.size == 0:
         return out
     cols = _span_columns(found)
-    for q, near in _near(cols, t0, t1):
+    for q, near in _near(found, t0, t1):
         if near.size == 0:
             continue
         s, e, hs, he, depth = (c[near] for c in cols)
@@ -564,7 +630,7 @@ def holding_share_each(found: list[Phase], t0: np.ndarray, t1: np.ndarray, share
     # Only a positive need keeps far phases out (an empty or reversed interval is held by any phase near it).
     wide = np.flatnonzero(share * (t1 - t0) > 0)
     narrow = np.setdiff1d(np.arange(t0.size), wide)
-    blocks = [(wide[q], near) for q, near in _near(cols, t0[wide], t1[wide])]
+    blocks = [(wide[q], near) for q, near in _near(found, t0[wide], t1[wide])]
     blocks += [(narrow[blk], np.arange(len(found))) for blk in _blocks(narrow.size, len(found))]
     for q, near in blocks:
         if near.size == 0:

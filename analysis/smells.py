@@ -34,6 +34,7 @@ for a trace that replays graphs, the copy's own direction and memory kind).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,7 @@ from gaplens.analysis.gaps import CAUSES, GapColumns, gap_columns
 from gaplens.analysis.levers import fitted_lever, per_step
 from gaplens.analysis.memo import per_trace
 from gaplens.analysis.memory import HOST_DEVICE, memory_rows
-from gaplens.analysis.phases import family, holding_share_each, innermost_each, phases
+from gaplens.analysis.phases import family, holding_share_each, innermost_each, int_column, phases
 from gaplens.analysis.regions import device_phases
 from gaplens.analysis.steps import Steps, step_of, steps
 from gaplens.analysis.units import fmt_bytes, fmt_ns
@@ -256,8 +257,8 @@ class SmellGroup:
 def rollup(trace: Trace, findings: list[Finding]) -> list[SmellGroup]:
     """Findings grouped by (kind, phase family, device), largest total first."""
     counts: dict[str, int] = {}
-    for p in phases(trace):
-        counts[family(p.name)] = counts.get(family(p.name), 0) + 1
+    for name, n in Counter(p.name for p in phases(trace)).items():  # each distinct name folded once
+        counts[family(name)] = counts.get(family(name), 0) + n
     groups: dict[tuple[str, str, int, bool], list[Finding]] = {}
     for f in findings:  # a one-off warm-up finding is its own group: its lever is not the steady one's
         groups.setdefault((f.kind, f.family, f.device, bool(f.numbers.get("warmup"))), []).append(f)
@@ -388,12 +389,16 @@ def _copy_on_path_ns(trace: Trace, path: CriticalPath, idx: np.ndarray) -> np.nd
         c = a[m]
         on_call[m] = path.time_in(trace.start_ns[c], trace.end_ns[c], host_side & (seg_thread == th))
     on = on_dev[idx] + on_call
-    spans = [(p.host_start_ns, p.host_end_ns) for p in phases(trace)]
-    if spans:
+    found = phases(trace)
+    if found:
+        # Inside some phase's host span [h0, h1): the latest end among the spans opened by t lies past t
+        # (one binary search per copy; a pass per phase was 0.35 s with 92k NVTX ranges).
+        h0, h1 = int_column(found, "host_start_ns"), int_column(found, "host_end_ns")
+        order = np.argsort(h0, kind="stable")
+        reach = np.maximum.accumulate(h1[order])
         t = np.where(a >= 0, trace.start_ns[np.maximum(a, 0)], trace.start_ns[idx])
-        inside = np.zeros(idx.size, dtype=bool)
-        for h0, h1 in spans:
-            inside |= (t >= h0) & (t < h1)
+        k = np.searchsorted(h0[order], t, "right") - 1
+        inside = (k >= 0) & (reach[np.maximum(k, 0)] > t)
         on = np.where(inside, on, 0)
     return on
 

@@ -139,13 +139,20 @@ def _disjoint(members: list[Phase]) -> bool:
 
 
 def range_family(found: list[Phase]) -> list[Phase]:
-    """The members of the outermost numbered family among ``found`` (one process's phases), or []."""
+    """The members of the outermost numbered family among ``found`` (one process's phases), or [].
+
+    Outermost is first about nesting: a family with a member running inside a member of another (and none
+    holding one of that other's) sits below it, whatever depths its other members have. A framework's
+    ``layers.N`` per forward lies inside ``decode_step N`` but also in prefill, where no step range is open, at
+    the step's own depth: by depth alone, with more members, the layers read as 11,500 "steps". Among the
+    families that no other holds: the shallowest, then the most members, then the earliest.
+    """
     groups: dict[str, list[tuple[int, Phase]]] = {}
     for p in found:
         hit = numbered(p.name)
         if hit is not None:
             groups.setdefault(hit[0], []).append((hit[1], p))
-    best: tuple | None = None
+    families: list[tuple[tuple, list[Phase]]] = []
     for label, items in groups.items():
         if len(items) < MIN_MEMBERS:
             continue
@@ -153,10 +160,29 @@ def range_family(found: list[Phase]) -> list[Phase]:
         members = [p for _, p in items]
         if not _consecutive([c for c, _ in items]) or not _disjoint(members):
             continue
-        key = (min(p.depth for p in members), -len(members), members[0].host_start_ns, label)
-        if best is None or key < best[0]:
-            best = (key, members)
-    return [] if best is None else best[1]
+        families.append(((min(p.depth for p in members), -len(members), members[0].host_start_ns, label), members))
+    if not families:
+        return []
+    spans = [_host_columns(members) for _, members in families]
+    held = [any(_holds(b, a) and not _holds(a, b) for j, b in enumerate(spans) if j != i) for i, a in enumerate(spans)]
+    outer = [f for f, h in zip(families, held, strict=True) if not h] or families  # a cycle: depth decides
+    return min(outer, key=lambda f: f[0])[1]
+
+
+def _host_columns(members: list[Phase]) -> tuple[np.ndarray, np.ndarray]:
+    """(host starts, host ends) of a family's members, in start order (disjoint: the ends are sorted too)."""
+    return (
+        np.fromiter((p.host_start_ns for p in members), np.int64, len(members)),
+        np.fromiter((p.host_end_ns for p in members), np.int64, len(members)),
+    )
+
+
+def _holds(outer: tuple[np.ndarray, np.ndarray], inner: tuple[np.ndarray, np.ndarray]) -> bool:
+    """Whether some member of ``inner`` lies within a member of ``outer`` (host spans; ``outer``'s are disjoint,
+    so the only candidate is the last one starting at or before it)."""
+    s, e = outer
+    k = np.searchsorted(s, inner[0], "right") - 1
+    return bool(((k >= 0) & (inner[1] <= e[np.maximum(k, 0)])).any())
 
 
 def _profiler_steps(trace: Trace, pid: int | None) -> list[tuple[str, int, int, int, int]]:

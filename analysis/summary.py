@@ -7,7 +7,16 @@ import numpy as np
 from gaplens.analysis.busy import busy_share
 from gaplens.analysis.clock import clock_check
 from gaplens.analysis.memory import DIRECTIONS
-from gaplens.analysis.phases import Phase, family_pct, fold_families, phases, phases_busy_pct
+from gaplens.analysis.phases import (
+    Phase,
+    family_pct,
+    fold_families,
+    int_column,
+    phases,
+    phases_busy_pct,
+    process_order,
+    span_durations,
+)
 from gaplens.analysis.regions import active_compute_pct, idle_by_device, idle_ns
 from gaplens.analysis.stats import name_stats
 from gaplens.analysis.steps import steps, steps_by_process
@@ -26,8 +35,12 @@ def top_names(trace: Trace, kinds, top: int = 10) -> list[dict]:
     return name_stats(trace, kinds).rows(top)
 
 
-def summary(trace: Trace, top: int = 10) -> dict:
-    """Everything `gaplens summary --json` prints; keys are the DESIGN.md contract."""
+def summary(trace: Trace, top: int = 10, phase_rows: bool = True) -> dict:
+    """Everything `gaplens summary --json` prints; keys are the DESIGN.md contract.
+
+    ``phase_rows=False`` leaves the row per phase out (``phases`` is None): the text summary prints the families,
+    and 100k NVTX ranges made 100k rows for it to drop.
+    """
     meta = trace.meta
     share = busy_share(trace)
     devices = []
@@ -59,6 +72,7 @@ def summary(trace: Trace, top: int = 10) -> dict:
                 "bytes": int(trace.bytes[m].sum()),
             }
     found = phases(trace)
+    pids = set(process_order(found))
     clock = clock_check(trace)
     return {
         "source": {
@@ -84,10 +98,10 @@ def summary(trace: Trace, top: int = 10) -> dict:
         },
         "memset": totals(trace, (Kind.MEMSET,)),
         "gpu": share.to_json() | {"idle_ns": idle_ns(trace), "active_compute_pct": active_compute_pct(trace)},
-        "processes": {str(pid): name for pid, name in meta.processes.items() if pid in {p.pid for p in found}},
+        "processes": {str(pid): name for pid, name in meta.processes.items() if pid in pids},
         "step": steps(trace).to_json(),
         "step_by_process": step_by_process(trace),
-        "phases": phases_json(trace, found),
+        "phases": phases_json(trace, found) if phase_rows else None,
         "phase_families": family_rows(trace, found),
         "top_kernels": top_names(trace, (Kind.KERNEL,), top),
         "top_cuda_api": top_names(trace, (Kind.CUDA_API,), top),
@@ -105,43 +119,59 @@ def step_by_process(trace: Trace) -> dict[str, dict]:
 
 
 def phases_json(trace: Trace, found: list[Phase]) -> list[dict]:
-    """Phases as the JSON contract spells them; busy is the compute busy share of each one's device."""
+    """Phases as the JSON contract spells them; busy is the compute busy share of each one's device.
+
+    Built from the phases' columns (100k NVTX ranges: ten attribute reads and a call per phase were most of it).
+    """
     busy = phases_busy_pct(trace, found).tolist()
-    return [_phase_json(p, b) for p, b in zip(found, busy, strict=True)]
-
-
-def _phase_json(p: Phase, busy_pct: float) -> dict:
-    return {
-        "name": p.name,
-        "start_ns": p.start_ns,
-        "end_ns": p.end_ns,
-        "dur_ns": p.dur_ns,
-        "host_start_ns": p.host_start_ns,
-        "host_end_ns": p.host_end_ns,
-        "depth": p.depth,
-        "pid": p.pid,
-        "device": p.device,
-        "busy_pct": busy_pct,
-    }
+    ints = [int_column(found, f).tolist() for f in ("start_ns", "end_ns", "host_start_ns", "host_end_ns", "depth")]
+    names = [p.name for p in found]
+    devices = [p.device for p in found]
+    return [
+        {
+            "name": name,
+            "start_ns": start,
+            "end_ns": end,
+            "dur_ns": dur,
+            "host_start_ns": host_start,
+            "host_end_ns": host_end,
+            "depth": depth,
+            "pid": pid,
+            "device": device,
+            "busy_pct": b,
+        }
+        for name, start, end, dur, host_start, host_end, depth, pid, device, b in zip(
+            names,
+            *ints[:2],
+            span_durations(found).tolist(),
+            *ints[2:],
+            int_column(found, "pid").tolist(),
+            devices,
+            busy,
+            strict=True,
+        )
+    ]
 
 
 def family_rows(trace: Trace, found: list[Phase]) -> list[dict]:
     """Phases folded into families per process (``decode_step ×32``), in order of first appearance."""
     all_busy = phases_busy_pct(trace, found)
+    all_dur = span_durations(found)
+    device = np.asarray([-1 if p.device is None else p.device for p in found], np.int64)
     out = []
     for (pid, depth, fam), at in fold_families(found, by_depth=True).items():
-        members = [found[k] for k in at]
-        dur = np.asarray([m.dur_ns for m in members], dtype=np.int64)
+        dur = all_dur[at]
+        devices = np.unique(device[at])
         out.append(
             {
                 "family": fam,
                 "pid": pid,
                 "depth": depth,
-                "count": len(members),
+                "count": len(at),
                 "total_ns": int(dur.sum()),
                 "median_ns": int(np.median(dur)),
                 "busy_pct": family_pct(all_busy[at], dur),
-                "devices": sorted({m.device for m in members if m.device is not None}),
+                "devices": devices[devices >= 0].tolist(),
             }
         )
     return out

@@ -62,12 +62,21 @@ def _starts_of_runs(values: np.ndarray) -> np.ndarray:
 
 
 def _pack_nested(lane: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Each pass pushes every clashing slice one row deeper. A row's slices that did not clash never clash among
+    themselves once the clashing ones left (a row's reach only shrinks), so after the first pass only the rows
+    that received slices can clash: each pass reads those rows alone. The depths are those of passes over every
+    row (ranges straddling each other took 89 passes over 206k events: 0.44 s of an NVTX-heavy nsys load)."""
     depth = _nesting(lane, start, end)
+    rows = np.arange(start.size)  # the events whose rows may clash, in (lane, start) order
     for _ in range(256):
-        clash = _clashes(lane, depth, start, end)
+        clash = _clashes(lane[rows], depth[rows], start[rows], end[rows])
         if not clash.any() or int(depth.max()) >= _DEPTH_CAP:
             return depth
-        depth += clash
+        moved = rows[clash]
+        depth[moved] += 1
+        wide = np.int64(1 << 16)
+        key = lane.astype(np.int64) * wide + depth
+        rows = np.flatnonzero(np.isin(key, np.unique(lane[moved].astype(np.int64) * wide + depth[moved])))
     return _stack_depths(lane, start, end)
 
 

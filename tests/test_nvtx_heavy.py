@@ -12,6 +12,7 @@ reference stays fast; the speed itself is ``python -m bench nvtx``'s business.
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from bench import nvtx
 from bench.nsys_synth import add_layer_ranges, make_export
 from gaplens.analysis.critical_path import Edge, graph
 from gaplens.analysis.pacing import host_blank_ns, pacing, pacing_row
-from gaplens.analysis.phases import PhaseList, phases
+from gaplens.analysis.phases import PhaseList, by_process, phases, process_order, span_durations
 from gaplens.analysis.words import MOSTLY
 from gaplens.loaders import load
 from gaplens.loaders.model import LaneKind
@@ -190,6 +191,16 @@ def _binding_by_op(trace, ops: dict, origin: int) -> list[int]:
     return [key[(a, st)] for a, st in zip(ops["start"].tolist(), ops["stream"].tolist(), strict=True)]
 
 
+def test_phase_columns_read_as_the_phases_do(export):
+    """Durations and the process order from the columns: each phase's dur_ns, by_process's keys."""
+    found = phases(load(export))
+    assert span_durations(found).tolist() == [p.dur_ns for p in found]
+    assert process_order(found) == list(by_process(found)) and len(process_order(found)) == PROCESSES
+    shuffled = found[::-1]  # a plain list, read phase by phase
+    assert span_durations(shuffled).tolist() == [p.dur_ns for p in shuffled]
+    assert process_order(shuffled) == list(by_process(shuffled))
+
+
 def test_kept_phases_read_back_equal_and_as_columns(export, tmp_path, monkeypatch):
     """Kept with the cache entry, the phases come back equal (fields, order, types) and keep their columns."""
     from gaplens.store import readings
@@ -201,14 +212,14 @@ def test_kept_phases_read_back_equal_and_as_columns(export, tmp_path, monkeypatc
     assert readings.keep(trace, "test.phases", found, compute_s=10.0)
     ok, back = readings.recall(trace, "test.phases")
     assert ok and isinstance(back, PhaseList) and back == found and back is not found
-    assert [vars(a) for a in back] == [vars(b) for b in found]
+    assert [dataclasses.astuple(a) for a in back] == [dataclasses.astuple(b) for b in found]
+    assert [type(v) for v in dataclasses.astuple(back[0])] == [type(v) for v in dataclasses.astuple(found[0])]
     assert back._ints is not None and back._ints.shape == (len(found), 8)
 
 
 def test_a_reading_over_its_budget_is_refused_before_it_is_whole(export, tmp_path, monkeypatch):
     """A reading whose payload would take longer to read back than half its compute time is not kept, and the
     pickling stops once the payload passes that size (it is not pickled whole to be thrown away)."""
-    import dataclasses
     import pickle
 
     from gaplens.store import readings
@@ -218,7 +229,7 @@ def test_a_reading_over_its_budget_is_refused_before_it_is_whole(export, tmp_pat
     trace = load(str(export))
     # A plain list of distinct phases, pickled one object at a time, as other readings hold phases; several
     # pickle frames (64 KiB) long.
-    found = [dataclasses.replace(p) for p in phases(trace) for _ in range(8)]
+    found = [dataclasses.replace(p) for p in phases(trace) for _ in range(12)]
     assert len(pickle.dumps(found)) > 250_000
     written: list[int] = []
     real = readings._Pickler.persistent_id

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gaplens.analysis.busy import compute_mask
-from gaplens.analysis.pacing import pacing
-from gaplens.analysis.phases import phases
+from gaplens.analysis.pacing import _rounded, pacing
+from gaplens.analysis.phases import family_pct, fold_families, phases
+from gaplens.analysis.protocol.report import MAX_ROWS, _md, _most_common, pacing_table
+from gaplens.analysis.steps import steps
+from gaplens.analysis.units import fmt_ns
 from gaplens.loaders import load
 from tests.conftest import BUNDLED, ROOT
 
@@ -93,3 +99,66 @@ def test_round3_island_step_is_host_paced_and_its_fixed_twin_device_paced():
         rows = [r for r in pacing(load(r3 / f"{name}.json.gz")) if r["name"].startswith("train_step")]
         verdicts = [r["verdict"] for r in rows]
         assert max(set(verdicts), key=verdicts.count) == verdict, (name, verdicts)
+
+
+def _pacing_table_from_rows(trace) -> list[str]:
+    """The report's pacing table as it was written over ``pacing``'s rows (one dict per phase), kept here as the
+    reference for the column-reading table."""
+    rows = pacing(trace)
+    fams = {key: [rows[k] for k in at] for key, at in fold_families(phases(trace)).items()}
+    several = len({pid for pid, _ in fams}) > 1
+    lines = ["| phase | × | GPU span (median) | busy | pacing | median launch lag |", "|---|---|---|---|---|---|"]
+    for k, ((pid, fam), members) in enumerate(fams.items()):
+        if k == MAX_ROWS:
+            lines.append(f"| … {len(fams) - MAX_ROWS} more | | | | | |")
+            break
+        spans = [r["end_ns"] - r["start_ns"] for r in members]
+        counts = Counter(r["verdict"] for r in members)
+        verdict = max(counts, key=counts.__getitem__)
+        lags = [r["lag_ns"]["median"] for r in members if r["lag_ns"]]
+        lag = fmt_ns(int(np.median(lags))) if lags else "–"
+        busy = family_pct([r["busy_pct"] for r in members], spans)
+        median = fmt_ns(int(np.median(spans)))
+        st = steps(trace, pid)
+        if st and st.warmup and fam == st.label and len(members) == st.count:
+            median = f"{fmt_ns(st.median_ns)} steady"
+        who = f"[{pid}] " if several else ""
+        lines.append(f"| {who}{_md(fam[:60])} | {len(members)} | {median} | {busy:.1f}% | {verdict} | {lag} |")
+    return lines
+
+
+@pytest.mark.parametrize(
+    "path",
+    [*TRACES, ROOT / "tests" / "data" / "round3" / "nested_steps.json.gz", ROOT / "tests" / "data" / "serving.json.gz"],
+    ids=lambda p: p.name,
+)
+def test_report_pacing_table_reads_the_columns_as_the_rows_read(path):
+    """Families' verdicts (ties to the earliest member's), lags, busy shares and medians: the same table."""
+    trace = load(path)
+    assert pacing_table(trace) == _pacing_table_from_rows(trace)
+
+
+def test_most_common_verdict_tie_goes_to_the_earliest_member():
+    assert _most_common(np.asarray([6, 5, 5, 6], np.int8)) == 6
+    assert _most_common(np.asarray([7, 5, 6, 6, 5], np.int8)) == 5
+    assert _most_common(np.asarray([3], np.int8)) == 3
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.floats(-1e4, 1e4),
+            st.integers(-(10**6), 10**6).map(lambda k: k / 200),  # exact halves at 2 digits: 0.125, 0.005 ...
+            st.integers(-(10**6), 10**6).map(lambda k: k / 20 + 0.0),  # and at 1 digit
+            st.integers(0, 10**6).map(lambda k: 100.0 * k / 999_983),  # shares as pacing computes them
+        ),
+        max_size=40,
+    ),
+    st.sampled_from([1, 2]),
+)
+def test_shares_round_as_python_rounds(values, digits):
+    got = _rounded(np.asarray(values, np.float64), digits).tolist()
+    want = [round(v, digits) for v in values]
+    assert [repr(g) for g in got] == [repr(w) for w in want]  # repr: -0.0, nan and inf as Python has them

@@ -83,12 +83,18 @@ def test_blocks_cover_every_query_when_the_matrix_is_split(monkeypatch):
     assert holding_share_each(found, t0, t0 + 1, 0.5).all()
 
 
-@pytest.mark.parametrize("block", [1, 3, 64])
-def test_queries_are_asked_against_the_phases_near_them_in_blocks(monkeypatch, block):
+@pytest.mark.parametrize(
+    ("block", "cells", "long_share"),
+    [(1, 1 << 16, 0.01), (3, 1 << 16, 0.0), (64, 1 << 16, 0.01), (64, 50, 0.01), (64, 1, 0.5), (7, 200, 1.0)],
+)
+def test_queries_are_asked_against_the_phases_near_them_in_blocks(monkeypatch, block, cells, long_share):
     """Queries sorted in time, asked a block at a time against only the phases near the block (issue 31: 700
-    findings x 92k nested phases): the answers are the one-interval rules', far phases and reversed
-    intervals included."""
+    findings x 92k nested phases), or one at a time against the phases near each when a block would compare too
+    many cells; the phases near found by binary search, the longest apart: the answers are the one-interval
+    rules', far phases and reversed intervals included."""
     monkeypatch.setattr(ph, "_NEAR_BLOCK", block)
+    monkeypatch.setattr(ph, "_NEAR_CELLS", cells)
+    monkeypatch.setattr(ph, "_LONG_SHARE", long_share)
     rng = np.random.default_rng(31)
     found = []
     for k in range(120):
@@ -107,6 +113,29 @@ def test_queries_are_asked_against_the_phases_near_them_in_blocks(monkeypatch, b
     for share in (0.5, 1.0, 0.0):
         held = holding_share_each(found, t0, t1, share).tolist()
         assert held == [_holds_share(found, a, b, share) for a, b in zip(t0.tolist(), t1.tolist(), strict=True)]
+
+
+def test_the_span_index_finds_exactly_the_phases_near_an_interval():
+    """``_SpanIndex.near`` against the full scan, on a PhaseList (its index kept) and on a plain list."""
+    rng = np.random.default_rng(7)
+    n = 400
+    hs = rng.integers(0, 10_000, n)
+    he = hs + rng.integers(0, 50, n)
+    he[::37] += 5_000  # a few long ranges
+    s = hs + rng.integers(-20, 20, n)
+    e = np.maximum(s, he + rng.integers(-20, 200, n))
+    ints = np.stack(
+        [hs, he, s, e, np.zeros(n, np.int64), np.arange(n), np.zeros(n, np.int64), np.zeros(n, np.int64)], 1
+    )
+    plist = ph.PhaseList()
+    plist._fill([f"p{k}" for k in range(n)], ints.astype(np.int64), np.zeros(n, np.int64))
+    for found in (plist, list(plist)):
+        index = ph._span_index(found)
+        for lo in range(-100, 15_100, 97):
+            hi = lo + int(rng.integers(0, 300))
+            want = np.flatnonzero(((s <= hi) & (e >= lo)) | ((hs <= hi) & (he >= lo)))
+            assert index.near(lo, hi).tolist() == want.tolist()
+    assert ph._span_index(plist) is ph._span_index(plist)  # kept on the PhaseList
 
 
 # ---- the marker clock, many ranges at once (issue 31: 100k NVTX ranges took seconds one by one) -----

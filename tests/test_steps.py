@@ -116,6 +116,34 @@ def test_the_outermost_family_is_the_step():
     assert st.label == "iteration" and st.count == 4
 
 
+def _layers(t0: int, n: int = 4, width: int = 100_000) -> list[tuple[str, int, int]]:
+    return _seq("layers.{}", n, width=width, t0=t0)
+
+
+def test_a_family_inside_the_step_is_not_the_step_whatever_its_depth():
+    """Per-layer ranges run inside each decode step and also where no step range is open:
+
+        prefill          [layers.0 .. layers.3]                   depth 0 / 1
+        decode_step 0..4          [layers.0 .. layers.3] each     depth 0 / 1
+        (warm-up)                                    [layers.0 .. layers.3]  depth 0
+
+    By depth alone the layers (28 members, depth 0 like the steps) would outrank the 5 steps; they sit
+    inside the steps, so the steps are the step."""
+    spans = [("prefill", 1_000, 1_000_000), *_layers(2_000)]
+    for k in range(5):
+        s = 2_000_000 + k * 1_000_000
+        spans += [(f"decode_step {k}", s, s + 900_000), *_layers(s + 1_000)]
+    spans += _layers(8_000_000)  # a forward outside every range: top level
+    trace = _phases_trace(spans)
+    depths = {p.name: p.depth for p in phases(trace)}
+    assert depths["decode_step 0"] == 0 and min(p.depth for p in phases(trace) if p.name.startswith("layers")) == 0
+    st = steps(trace)
+    assert (st.label, st.count) == ("decode_step", 5)
+    # Without the steps, the layers are a family like any other: the step.
+    alone = steps(_phases_trace([s for s in spans if not s[0].startswith("decode_step")]))
+    assert (alone.label, alone.count) == ("layers", 28)
+
+
 def test_without_a_family_the_profiler_step_is_the_step():
     marks = [(f"ProfilerStep#{k}", 1_000 + k * 1_000_000, (k + 1) * 1_000_000) for k in range(4)]
     st = steps(_phases_trace([*marks, ("step 1", 2_000, 3_000), ("step 2", 1_002_000, 1_003_000)]))

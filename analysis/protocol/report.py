@@ -9,18 +9,16 @@ saved answers, are quoted under their steps.
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import numpy as np
 
 from gaplens.analysis.memory import memory_rows
-from gaplens.analysis.pacing import pacing
+from gaplens.analysis.pacing import VERDICTS, phase_pacing
 from gaplens.analysis.phases import family_pct, fold_families, phases
 from gaplens.analysis.protocol.notes import Notes, notes_markdown
 from gaplens.analysis.protocol.walk import Walkthrough
 from gaplens.analysis.smells import rollup, smells
 from gaplens.analysis.steps import steps
-from gaplens.analysis.summary import summary
 from gaplens.analysis.units import fmt_bytes, fmt_ns
 from gaplens.loaders.model import Trace, clean_name
 
@@ -43,12 +41,12 @@ def report_markdown(trace: Trace, notes: dict | Notes | None = None, walk: Walkt
     raw = notes.answers if isinstance(notes, Notes) else notes
     answers = {int(k): v for k, v in (raw or {}).items() if str(k).isdigit()}
     walk = Walkthrough(trace, saved) if walk is None else walk
-    s = summary(trace, top=5)
-    name = os.path.basename(trace.meta.path) or "trace"
+    meta = trace.meta  # the header reads the trace itself: ``summary`` would build every phase's JSON row for it
+    name = os.path.basename(meta.path) or "trace"
     out = [f"# gaplens report: {_md(name)}", ""]
     out += [
-        f"Source: {s['source']['format']} ({_md(s['source']['version'])}), {s['events']:,} events; times are "
-        f"relative to origin_ns {s['origin_ns']}.",
+        f"Source: {meta.source_format} ({_md(meta.source_version)}), {len(trace):,} events; times are "
+        f"relative to origin_ns {meta.origin_ns}.",
         "",
     ]
     for step in walk.steps():
@@ -71,34 +69,43 @@ def pacing_table(trace: Trace) -> list[str]:
 
     Medians are ``np.median``'s, as ``summary`` prints them: the upper middle of an even count read
     copy_in 85.4 ms here beside summary's 84.9 ms for the same six spans (round-3 copy_bound).
+    Read from the phases' pacing columns (``phase_pacing``): 100k NVTX phases made 100k rows to read five fields.
     """
-    rows = pacing(trace)
-    if not rows:
-        return ["The trace has no annotation ranges; mark phases with NVTX or `torch.profiler.record_function`."]
     found = phases(trace)
-    fams = {key: [rows[k] for k in at] for key, at in fold_families(found).items()}
+    if not found:
+        return ["The trace has no annotation ranges; mark phases with NVTX or `torch.profiler.record_function`."]
+    cols = phase_pacing(trace)
+    span_all = cols["end_ns"] - cols["start_ns"]
+    code_all = cols["code"]
+    lagged = (code_all >= 4) & (cols["has"] > 0)  # the rows whose lag_ns is filled in
+    fams = fold_families(found)
     several = len({pid for pid, _ in fams}) > 1
     lines = ["| phase | × | GPU span (median) | busy | pacing | median launch lag |", "|---|---|---|---|---|---|"]
-    for k, ((pid, fam), members) in enumerate(fams.items()):
+    for k, ((pid, fam), at) in enumerate(fams.items()):
         if k == MAX_ROWS:
             lines.append(f"| … {len(fams) - MAX_ROWS} more | | | | | |")
             break
-        spans = [r["end_ns"] - r["start_ns"] for r in members]
-        verdicts = [r["verdict"] for r in members]
-        # The most common verdict; a tie goes to the one its earliest member read (a set's order, as it
-        # was, changed with the interpreter's string hashing: generate ×2 read device-paced or cpu-bound).
-        counts = Counter(verdicts)  # in order of first appearance: max keeps the earliest of a tie
-        verdict = max(counts, key=counts.__getitem__)
-        lags = [r["lag_ns"]["median"] for r in members if r["lag_ns"]]
-        lag = fmt_ns(int(np.median(lags))) if lags else "–"
-        busy = family_pct([r["busy_pct"] for r in members], spans)
+        idx = np.asarray(at, np.int64)
+        spans = span_all[idx]
+        verdict = VERDICTS[_most_common(code_all[idx])]
+        lags = cols["median"][idx[lagged[idx]]]
+        lag = fmt_ns(int(np.median(lags))) if lags.size else "–"
+        busy = family_pct(cols["busy_pct"][idx], spans)
         who = f"[{pid}] " if several else ""
         median = fmt_ns(int(np.median(spans)))
         st = steps(trace, pid)
-        if st and st.warmup and fam == st.label and len(members) == st.count:  # the step: its steady median
+        if st and st.warmup and fam == st.label and len(idx) == st.count:  # the step: its steady median
             median = f"{fmt_ns(st.median_ns)} steady"
-        lines.append(f"| {who}{_md(fam[:60])} | {len(members)} | {median} | {busy:.1f}% | {verdict} | {lag} |")
+        lines.append(f"| {who}{_md(fam[:60])} | {len(idx)} | {median} | {busy:.1f}% | {verdict} | {lag} |")
     return lines
+
+
+def _most_common(codes: np.ndarray) -> int:
+    """The most common code; a tie goes to the one its earliest member read (a set's order, as it was, changed
+    with the interpreter's string hashing: generate ×2 read device-paced or cpu-bound)."""
+    values, first, counts = np.unique(codes, return_index=True, return_counts=True)
+    top = np.flatnonzero(counts == counts.max())
+    return int(values[top[np.argmin(first[top])]])
 
 
 def smells_section(trace: Trace) -> list[str]:

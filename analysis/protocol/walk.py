@@ -17,16 +17,16 @@ from gaplens.analysis.clock import clock_check
 from gaplens.analysis.gaps import CAUSES, Gap, gap_columns, the_gap
 from gaplens.analysis.phases import (
     Phase,
-    by_process,
     chain,
     family,
-    family_labels,
     family_pct,
     fold_families,
     innermost,
     phases,
     phases_busy_ns,
     phases_busy_pct,
+    process_order,
+    span_durations,
 )
 from gaplens.analysis.protocol.experiment import KERNEL_BOUND_PCT, Experiment, experiment, gap_steps
 from gaplens.analysis.protocol.notes import Notes
@@ -196,17 +196,16 @@ class Walkthrough:
     # ---- 2. mark the phases -----------------------------------------------
     def _step2(self) -> Step:
         facts = []
-        groups = by_process(self.phases)
-        labels = family_labels(self.phases)
-        for pid, found in groups.items():
-            if len(groups) > 1:
+        pids = process_order(self.phases)
+        fams = fold_families(self.phases)  # per process, its families in order of first appearance
+        dur = span_durations(self.phases)
+        for pid in pids:
+            if len(pids) > 1:
                 facts.append(f"process {pid} {self.trace.meta.processes.get(pid, '')}".rstrip() + ":")
-            fams: dict[str, list[Phase]] = {}
-            for p in found:
-                fams.setdefault(labels[p.name], []).append(p)
-            for fam, ps in fams.items():
-                count = f"{len(ps)} × " if len(ps) > 1 else ""
-                facts.append(f"{count}{fam}: {fmt_ns(sum(p.dur_ns for p in ps))} on the GPU")
+            for (p_pid, fam), at in fams.items():
+                if p_pid == pid:
+                    count = f"{len(at)} × " if len(at) > 1 else ""
+                    facts.append(f"{count}{fam}: {fmt_ns(int(dur[at].sum()))} on the GPU")
         if facts:
             facts = facts[:MAX_PHASE_FACTS]
             facts.append("they are drawn on the phases row at the top; select one (enter) and press m to rename it")
@@ -253,13 +252,13 @@ class Walkthrough:
             ranked = sorted(by_cause.items(), key=lambda kv: -kv[1])
             split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
             facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
-        groups = by_process(self.phases)
+        pids = process_order(self.phases)
         fams = fold_families(self.phases)
         busy = phases_busy_pct(self.trace, self.phases)
         copy = phases_busy_ns(self.trace, self.phases, "copy")
-        dur = np.asarray([p.dur_ns for p in self.phases], np.int64)
-        for pid in groups:
-            prefix = f"[{pid}] " if len(groups) > 1 else ""
+        dur = span_durations(self.phases)
+        for pid in pids:
+            prefix = f"[{pid}] " if len(pids) > 1 else ""
             mine = [(fam, at) for (p_pid, fam), at in fams.items() if p_pid == pid]
             for fam, at in mine[:MAX_FAMILY_VERDICTS]:
                 d = int(dur[at].sum())
@@ -320,7 +319,7 @@ class Walkthrough:
         if inner is None:
             return ""
         names = [p.name for p in chain(self.phases, inner)[-WHERE_DEPTH:]]
-        proc = f" (process {inner.pid})" if len(by_process(self.phases)) > 1 else ""
+        proc = f" (process {inner.pid})" if len(process_order(self.phases)) > 1 else ""
         # The step it counts against is the one that launched the op ending it (``region_step``, as
         # step 6 reads it): said when the phases around the region's GPU time name another step.
         st = steps(self.trace)

@@ -175,6 +175,21 @@ class Reader(Pool):
         paged = read_pages(self, pages, table, keys, specs, where, sql_read) if pages is not None else None
         return paged if paged is not None else sql_read()
 
+    def page_ints(self, table: str, exprs: Mapping[str, Spec]) -> dict[str, np.ndarray] | None:
+        """Every row's integer columns decoded from the table's pages, or None where the pages cannot say exactly
+        (no plain file or table, a value that is not an integer or reads like NULL): then read through SQL.
+        Values out of range are counted in ``bad`` as ``ints`` counts them."""
+        pages = self._page_file() if PAGES else None
+        if pages is None:
+            return None
+        keys = list(exprs)
+        specs = [as_spec(e) for e in exprs.values()]
+        paged = read_pages(self, pages, table, keys, specs, "", _not_paged)
+        try:
+            return paged() if paged is not None else None
+        except _NotPaged:
+            return None
+
     def _page_file(self) -> PageFile | None:
         """The export opened for page reads, once per load; None when it is not a plain file."""
         if self._pages is False:
@@ -185,6 +200,15 @@ class Reader(Pool):
     def ints(self, table: str, exprs: Mapping[str, Spec], where: Where = "") -> dict[str, np.ndarray]:
         """Columns of ``table`` as int64 arrays, read now."""
         return self.submit(table, exprs, where)()
+
+
+class _NotPaged(Exception):
+    """The pages could not be read exactly (``Reader.page_ints``): the caller reads through SQL."""
+
+
+def _not_paged() -> Callable[[], dict[str, np.ndarray]]:
+    """``read_pages``' way through SQL, for ``page_ints``: there is none, the caller has its own."""
+    raise _NotPaged
 
 
 def read_strings(con: sqlite3.Connection, schema: Schema, repairs: Repairs | None = None) -> dict[int, str]:

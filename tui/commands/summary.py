@@ -35,7 +35,7 @@ def busy_line(gpu: dict, devices: int = 1) -> str:
 
 
 def render_text(trace: Trace, top: int = 10) -> str:
-    s = summary(trace, top)
+    s = summary(trace, top, phase_rows=False)  # the text prints the families, not a row per phase
     lines = [f"{s['source']['path']}  ({s['source']['version']})", ""]
     w0, w1 = s["window_ns"]
     if s["kernels"]["count"] + s["memcpy"]["count"] + s["memset"]["count"] == 0:
