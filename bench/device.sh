@@ -4,7 +4,7 @@
 # CORES pins every process to those cores (0,1: two, as on the dev box); SECTION defaults to load.
 # BASE=DIR also runs each section on the code in DIR (a `git archive` of an older commit's code,
 # without tests/ or samples/: they are linked from this checkout), the two trees alternating per
-# section, so a before/after pair shares the machine's state.
+# section (ORDER="base now" to start with the older), so a before/after pair shares the machine's state.
 # Needs, carried from the checkout: .whl/ (orjson, zlib-ng, textual and its pure-Python needs for the
 # host's Python; see the device README for `pip download`) and .bench/ (copies of ../shared/samples'
 # decode_eager.json.gz and nsys_decode_eager.sqlite.gz: the host only gets the checkout).
@@ -28,7 +28,7 @@ if [ -n "${BASE:-}" ]; then
   [ -e "$BASE/../shared" ] || ln -s "$here/../shared" "$BASE/../shared"  # where its bench looks for samples
 fi
 for s in "${SECTIONS[@]}"; do
-  for tree in now ${BASE:+base}; do
+  for tree in ${ORDER:-now ${BASE:+base}}; do
     dir=$here
     [ "$tree" = base ] && dir=$BASE
     echo "== $tree: $s (load $(cut -d' ' -f1-3 /proc/loadavg)) =="
