@@ -8,6 +8,7 @@ those names (and is broken by them). The wheel is built and judged by ``.ci/run`
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import zipfile
@@ -57,11 +58,15 @@ def test_python_dash_m_gaplens(tmp_path):
 def test_python_in_the_checkout_imports_the_layers_beside_gaplens(tmp_path):
     """`python -c "import gaplens; gaplens.load(...)"` in the repository root, with gaplens installed (not
     editable): the checkout's ``gaplens/`` comes first on sys.path and must still find ``loaders/`` and the rest."""
+    import site
     import sysconfig
 
     code = "import gaplens, gaplens.loaders, gaplens.analysis.gaps; print(gaplens.loaders.__file__)"
-    # -S: no site hooks, so no editable-install finder does the mapping for us; the dependencies come from PYTHONPATH.
-    env = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": ""}
+    # -S: no site hooks, so no editable-install finder does the mapping for us; the dependencies come from PYTHONPATH:
+    # every site folder this interpreter reads (a venv made with --system-site-packages finds numpy outside its own).
+    paths = sysconfig.get_paths()
+    sites = dict.fromkeys([paths["purelib"], paths["platlib"], *site.getsitepackages()])
+    env = {"PYTHONPATH": os.pathsep.join(sites), "PATH": ""}
     out = subprocess.run(
         [sys.executable, "-S", "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
