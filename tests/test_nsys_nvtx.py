@@ -73,25 +73,33 @@ def smells_copy(tmp_path, monkeypatch) -> Path:
     return dst
 
 
-def test_hostile_values_read_as_missing_and_counted(smells_copy):
-    """Text numbers are read, floats and words are not (counted), a row without a start is skipped, and
-    names are interned once per (text, domain, process): repeated names share one id."""
-    con = sqlite3.connect(smells_copy)
+def _add_ranges(path: Path, rows_for) -> None:
+    """Insert ``rows_for(tid)`` (start, end, eventType, text, globalTid, endGlobalTid, textId, domainId) into the
+    export's NVTX_EVENTS, ``tid`` being the thread of its first range."""
+    con = sqlite3.connect(path)
     (tid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()
-    rows = [
-        ("5000000000", 5_000_000_100, 59, "text start", tid, None, None, 0),  # a numeric text start is read
-        (5_000_000_200, 5_000_000_300.5, 59, "float end", tid, None, None, 0),  # a float end: missing -> open
-        ("soon", 5_000_000_500, 59, "word start", tid, None, None, 0),  # no usable start: skipped
-        (5_000_000_600, 5_000_000_700, 59, "twice", tid, None, None, "x"),  # a word domain: default domain
-        (5_000_000_800, 5_000_000_900, 59, "twice", tid, None, None, 0),
-    ]
     con.executemany(
         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, domainId)"
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
+        rows_for(tid),
     )
     con.commit()
     con.close()
+
+
+def test_hostile_values_read_as_missing_and_counted(smells_copy):
+    """Text numbers are read, floats and words are not (counted), a row without a start is skipped, and
+    names are interned once per (text, domain, process): repeated names share one id."""
+    _add_ranges(
+        smells_copy,
+        lambda tid: [
+            ("5000000000", 5_000_000_100, 59, "text start", tid, None, None, 0),  # a numeric text start is read
+            (5_000_000_200, 5_000_000_300.5, 59, "float end", tid, None, None, 0),  # a float end: missing -> open
+            ("soon", 5_000_000_500, 59, "word start", tid, None, None, 0),  # no usable start: skipped
+            (5_000_000_600, 5_000_000_700, 59, "twice", tid, None, None, "x"),  # a word domain: default domain
+            (5_000_000_800, 5_000_000_900, 59, "twice", tid, None, None, 0),
+        ],
+    )
     trace = load(smells_copy)
     base = trace.meta.origin_ns
     ann = np.flatnonzero(trace.kind == int(Kind.ANNOTATION))
@@ -128,24 +136,20 @@ def test_rows_from_the_pages_equal_rows_through_sql(smells_copy, monkeypatch, tm
     and counts that SQL's row-by-row read gives; a table the pages cannot read exactly goes through SQL."""
     from gaplens.loaders.nsys import sql
 
-    con = sqlite3.connect(smells_copy)
-    (tid,) = con.execute("SELECT globalTid FROM NVTX_EVENTS LIMIT 1").fetchone()
-    rows = [
-        (5_000_000_000 + 100 * k, 5_000_000_050 + 100 * k, 59, f"layers.{k % 7}", tid, None, None, 0) for k in range(50)
-    ]
-    rows += [
-        (5_000_010_000, None, 59, "never closed", tid, None, None, 0),
-        (1, 2, 33, "a category", tid, None, None, 0),
-    ]
-    if hostile:
-        rows.append((5_000_020_000, 5_000_020_100.5, 59, "float end", tid, None, None, 0))
-    con.executemany(
-        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, endGlobalTid, textId, domainId)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
-    con.commit()
-    con.close()
+    def rows(tid: int) -> list[tuple]:
+        out = [
+            (5_000_000_000 + 100 * k, 5_000_000_050 + 100 * k, 59, f"layers.{k % 7}", tid, None, None, 0)
+            for k in range(50)
+        ]
+        out += [
+            (5_000_010_000, None, 59, "never closed", tid, None, None, 0),
+            (1, 2, 33, "a category", tid, None, None, 0),
+        ]
+        if hostile:
+            out.append((5_000_020_000, 5_000_020_100.5, 59, "float end", tid, None, None, 0))
+        return out
+
+    _add_ranges(smells_copy, rows)
     paged = _annotations(load(smells_copy))
     monkeypatch.setattr(sql, "PAGES", False)
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache-sql"))
