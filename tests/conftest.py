@@ -204,3 +204,19 @@ def trace_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     dst.parent.mkdir()
     shutil.copyfile(sample("smells.json.gz"), dst)
     return dst
+
+
+@pytest.fixture
+def smells_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A writable plain copy of the real 2025.3 nsys export (``nsys_smells.sqlite.gz``) that a test may edit,
+    with a cache of its own (an edited copy must never be served from another test's entry)."""
+    import gzip
+
+    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
+    src = SAMPLES / "nsys_smells.sqlite.gz"
+    if not src.exists():
+        missing_shared("shared/samples/nsys_smells.sqlite.gz")
+    dst = tmp_path / "edit.sqlite"
+    with gzip.open(src) as fin, open(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout)
+    return dst

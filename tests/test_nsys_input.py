@@ -7,7 +7,6 @@ import hashlib
 import os
 import shutil
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,17 +26,6 @@ SMELLS = SAMPLES / "nsys_smells.sqlite.gz"
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
-
-
-@pytest.fixture
-def smells_copy(tmp_path) -> Path:
-    """A writable plain copy of a real 2025.3 export that a test may edit."""
-    if not SMELLS.exists():
-        missing_shared("shared/samples/nsys_smells.sqlite.gz")
-    dst = tmp_path / "edit.sqlite"
-    with gzip.open(SMELLS) as fin, open(dst, "wb") as fout:
-        shutil.copyfileobj(fin, fout)
-    return dst
 
 
 def _exit_2_one_line(path, capsys, *expect: str) -> str:

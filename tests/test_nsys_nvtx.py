@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from gaplens.loaders.model import Kind
 from gaplens.loaders.nsys.ints import Int
 from gaplens.loaders.nsys.nvtx import _judged
 from gaplens.loaders.validate import int_or_none
-from tests.conftest import SAMPLES, missing_shared
+from tests.conftest import SAMPLES
 
 SMELLS = SAMPLES / "nsys_smells.sqlite.gz"
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -60,17 +58,6 @@ def _as_list(vals: np.ndarray, is_set: np.ndarray) -> list[int | None]:
 def test_column_judged_as_value_by_value(values, spec):
     vals, is_set, bad = _judged(tuple(values), spec)
     assert (_as_list(vals, is_set), bad) == _one_at_a_time(tuple(values), spec)
-
-
-@pytest.fixture
-def smells_copy(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("GAPLENS_CACHE_DIR", str(tmp_path / "cache"))
-    if not SMELLS.exists():
-        missing_shared("shared/samples/nsys_smells.sqlite.gz")
-    dst = tmp_path / "edit.sqlite"
-    with gzip.open(SMELLS) as fin, open(dst, "wb") as fout:
-        shutil.copyfileobj(fin, fout)
-    return dst
 
 
 def _add_ranges(path: Path, rows_for) -> None:
