@@ -16,6 +16,7 @@ from collections import Counter
 import numpy as np
 
 from gaplens.analysis.calls import Call, api_class
+from gaplens.analysis.memo import per_trace
 from gaplens.analysis.steps import steps
 from gaplens.loaders.model import Kind, LaneKind, Trace
 
@@ -102,16 +103,20 @@ RELEASE_RUN_SHARE = 0.5
 RELEASE_RUN_MIN = 8
 
 
+@per_trace
 def released_in_a_burst(trace: Trace) -> bool:
     """Most frees come in one back-to-back run outside any op: the allocator's cache handed back to the driver
-    (``torch.cuda.empty_cache()`` in the loop), to be allocated again the next step."""
+    (``torch.cuda.empty_cache()`` in the loop), to be allocated again the next step. Asked by the lever and by
+    step 6's quote: once per trace."""
 
     cls = api_class(trace)
     api = np.flatnonzero(cls != 0)
     if api.size == 0:
         return False
-    names = trace.names
-    free = np.asarray([cls[i] == Call.ALLOC and is_free(names[int(trace.name_id[i])]) for i in api.tolist()])
+    alloc = api[cls[api] == Call.ALLOC]
+    ids = np.unique(trace.name_id[alloc]).tolist()  # a handful of names: each judged once, not once per call
+    freeing = np.asarray([i for i in ids if is_free(trace.names[i])], dtype=np.int64)
+    free = (cls[api] == Call.ALLOC) & np.isin(trace.name_id[api], freeing)
     if not free.any():
         return False
     outside = np.zeros(api.size, dtype=bool)
