@@ -88,9 +88,15 @@ def enclosing_ops(trace: Trace, idx: np.ndarray, skip: frozenset[str] = frozense
 
 def allocating_ops(trace: Trace, idx: np.ndarray, limit: int = 3) -> list[tuple[str, int]]:
     """The ops holding the allocations (not the frees) among ``idx``, most calls first: ``[(name, calls)]``."""
-    alloc = np.asarray([i for i in idx.tolist() if not is_free(trace.names[int(trace.name_id[i])])], dtype=np.int64)
+    idx = np.asarray(idx, dtype=np.int64)
+    ids = np.unique(trace.name_id[idx]).tolist()  # the calls' few names, each judged once
+    freeing = np.asarray([i for i in ids if is_free(trace.names[i])], dtype=np.int64)
+    alloc = idx[~np.isin(trace.name_id[idx], freeing)]
     ops = enclosing_ops(trace, alloc, PRIMITIVES)
-    held = Counter(trace.names[int(trace.name_id[o])] for o in ops.tolist() if o >= 0)
+    op_ids, first, counts = np.unique(trace.name_id[ops[ops >= 0]], return_index=True, return_counts=True)
+    held: Counter[str] = Counter()
+    for k in np.argsort(first, kind="stable").tolist():  # first seen first: most_common keeps it among ties
+        held[trace.names[int(op_ids[k])]] += int(counts[k])
     return held.most_common(limit)
 
 
