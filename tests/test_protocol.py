@@ -171,3 +171,26 @@ def test_steps_4_and_6_name_the_same_step_for_the_largest_region():
     assert "in request 0 › prefill" in walk.step(4).facts[0]
     assert not any("warm-up step" in f for f in walk.step(4).facts)
     assert any("lies outside every decode_step" in f for f in walk.step(6).facts)
+
+
+def test_step_3_splits_the_on_path_blank_time_by_each_regions_cause() -> None:
+    """round-4 alloc_fault: step 3's split counts each on-path region whole under its own cause (raw sums of
+    the regions' durations), and says so: it is not the share of time inside allocation calls."""
+    import re
+    from pathlib import Path
+
+    from gaplens.analysis.causes import CAUSES
+    from gaplens.analysis.gaps import gap_columns
+    from gaplens.loaders import load
+
+    trace = load(str(Path(__file__).parent / "data" / "round4" / "alloc_fault.json.gz"))
+    line = next(f for f in Walkthrough(trace).steps()[2].facts if f.startswith("blank on the critical path"))
+    assert ", by their causes: " in line
+    cols = gap_columns(trace)
+    on = cols.on_path
+    dur = (cols.end_ns - cols.start_ns)[on]
+    want = {CAUSES[c]: 0 for c in set(cols.cause[on].tolist())}
+    for c, d in zip(cols.cause[on].tolist(), dur.tolist(), strict=True):
+        want[CAUSES[c]] += d
+    said = dict(re.findall(r"(\w+) (\d+)%", line.split("by their causes: ", 1)[1]))
+    assert said and all(abs(int(p) - 100 * want[c] / dur.sum()) <= 0.5 for c, p in said.items())

@@ -251,7 +251,10 @@ class Walkthrough:
             total = sum(by_cause.values())
             ranked = sorted(by_cause.items(), key=lambda kv: -kv[1])
             split = ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in ranked if v >= SHARE_SHOWN * total)
-            facts.append(f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions: {split}")
+            # each region counted whole under its own cause (its shares are in step 5 and `gaps`)
+            facts.append(
+                f"blank on the critical path {fmt_ns(total)} in {int(on.sum()):,} regions, by their causes: {split}"
+            )
         pids = process_order(self.phases)
         fams = fold_families(self.phases)
         busy = phases_busy_pct(self.trace, self.phases)
