@@ -44,6 +44,10 @@ from gaplens.tui.viewport import Viewport, ruler_text
 
 #: The readings wait for the first frame at most this long (a screen that never draws, a modal on top).
 FIRST_FRAME_WAIT_S = 2.0
+#: How long a warm open's timeline waits for the readings the early thread takes from the cache (they
+#: follow its view model by 0.03-0.1 s at 1M events): drawn alone first, the timeline is drawn twice and
+#: its first draw competes with them for the GIL. A cold open's, computed for seconds, are not waited for.
+WARM_READINGS_WAIT_S = 0.25
 
 
 class _Quit(Exception):
@@ -175,12 +179,16 @@ class GaplensApp(FinderApp, ProtocolApp):
             if not worker.is_cancelled:
                 self.post_message(LoadFailed(f"internal error: {type(exc).__name__}: {shorten(exc, 300)}"))
             return
+        early = self.early if self.early is not None and self.early.trace is trace else None
+        if early is not None and early.settled("readings", WARM_READINGS_WAIT_S) and early.readings is not None:
+            # A warm open's kept readings: the timeline goes up once, with them.
+            self.post_message(ModelReady(with_readings(model, early.readings), final=True))
+            return
         if not isinstance(self.source, TimelineModel):
             self.post_message(ModelReady(model, final=False))
         if worker.is_cancelled:  # quit before the readings: skip seconds of work nobody will see
             return
         try:
-            early = self.early if self.early is not None and self.early.trace is trace else None
             readings = early.wait("readings") if early is not None else None
             if readings is None:
                 # Computed now, they would compete with the first frame's mount and draw for the GIL:

@@ -76,6 +76,10 @@ class EarlyOpen:
         self._stages[stage].wait()
         return getattr(self, stage)
 
+    def settled(self, stage: str, timeout: float) -> bool:
+        """Whether ``stage`` is done (produced or given up) within ``timeout`` seconds."""
+        return self._stages[stage].wait(timeout)
+
     def wait_trace(self, report: Callable[[str, float], None]) -> Trace | None:
         """The trace, from the cache or parsed here (None when this thread did not get that far: the caller
         loads it). A parse's progress goes to ``report`` while it runs; whatever ``report`` raises (the viewer
