@@ -12,7 +12,8 @@ concurrent writers (two paths of one content may write one entry at once). Every
 checksums of its content (CRC-32, verified on each read): a damaged entry is a miss that the
 caller rebuilds, with a warning, never different readings. Entries are never read or written
 through a symlink. Anything odd on reading (stale, corrupt, another version) is a miss, never an
-error. The trace file itself is never touched. Unpacked exports: see their section below.
+error. The trace file itself is never touched. Unpacked exports: see their section below. The
+folder is kept under a size, the entries used longest ago removed first (``trim``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gaplens.loaders.columns import numpy_dtype, view
 from gaplens.loaders.files import open_regular, os_errors
 from gaplens.loaders.model import Device, Kind, Lane, LaneKind, Meta, Trace
 from gaplens.loaders.rows import running_max_per_row
+from gaplens.store import trim
 from gaplens.store.files import atomic_write, cache_dir, checksum, checksum_more, map_own, own_dir, read_own
 
 VERSION = 3  # bump when the entry layout changes; loader code changes are caught by _code_stamp
@@ -175,6 +177,7 @@ def lookup_checked(path: str) -> tuple[Trace | None, str]:
         if wrong:
             return None, f"the cached copy of {path} was inconsistent ({wrong}): read from the trace again"
         trace.meta.path = path  # the entry may have been built from a copy at another path
+        trim.touch(base.with_suffix(".json"))  # used now: the last to go when the cache is trimmed
         _remember(trace, base, info["token"])
         if fresh is not None:
             _note_id(*fresh)
@@ -200,6 +203,8 @@ def store(path: str, trace: Trace) -> bool:
         _remember(trace, base, token)
         if fresh is not None:
             _note_id(*fresh)
+        with contextlib.suppress(Exception):  # the entry is written: trimming the others is best effort
+            trim.trim(keep=base.with_suffix(".json"))
         return True
     except Exception:  # caching is best effort: the load already succeeded
         return False
@@ -393,6 +398,7 @@ def unpacked(source: str, suffix: str, write: Writer) -> str:
     target = unpacked_path(source, suffix)
     target = _writable_dir(target.parent) / target.name
     if _sealed(target):
+        trim.touch(_seal_path(target))
         return str(target)
     sums: list[int] = []
 
@@ -404,6 +410,8 @@ def unpacked(source: str, suffix: str, write: Writer) -> str:
     atomic_write(target, summed)
     _seal(target, *sums)
     _prune_stale(target)
+    with contextlib.suppress(Exception):  # best effort, like the write: the export is there
+        trim.trim(keep=_seal_path(target))
     return str(target)
 
 
