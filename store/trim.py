@@ -1,6 +1,6 @@
 """Keep the cache folder under a size: the entries used longest ago go first.
 
-Every trace opened stays in the cache (its built columns: ~60 MB per 1M events; an nsys export's
+Every trace opened stays in the cache (its built columns: ~55 MB per 1M events; an nsys export's
 unpacked SQLite: as big as the export), and on a shared GPU box the home folder has a quota that
 nothing else would ever give back. After each write (``store.cache``) the cache's entries are
 summed; past the limit (``$GAPLENS_CACHE_MAX_MB``, default ``DEFAULT_MAX_MB``) the least recently
@@ -82,6 +82,10 @@ def entries(root: Path | None = None) -> list[Entry]:
                     continue
                 arrow, readings = info.with_suffix(".arrow"), info.with_suffix(".readings")
                 out.append(Entry([info, arrow], [readings], size + _size(arrow)[0] + _folder_size(readings), used))
+            for arrow in traces.glob("*.arrow"):  # a write cut between its two files leaves the columns alone
+                size, used, plain = _size(arrow)
+                if plain and not os.path.lexists(arrow.with_suffix(".json")):
+                    out.append(Entry([arrow], [arrow.with_suffix(".readings")], size, used))
     with contextlib.suppress(OSError):
         for export in root.glob("*.sqlite"):
             seal = export.with_name(export.name + ".sum")

@@ -102,6 +102,18 @@ def test_only_the_caches_own_entries_are_removed(own_cache, tmp_path, monkeypatc
     assert outside.read_bytes() == b"{}" * 100_000
 
 
+def test_columns_left_without_their_index_count_and_go(own_cache, tmp_path, monkeypatch):
+    a, b, _ = _copies(tmp_path)
+    load(str(a))
+    base, _, _ = cache._entry(str(a))
+    base.with_suffix(".json").unlink()  # as a write cut between the entry's two files leaves it
+    orphan = base.with_suffix(".arrow")
+    assert any(e.files == [orphan] for e in trim.entries())
+    monkeypatch.setenv("GAPLENS_CACHE_MAX_MB", "0.001")
+    load(str(b))
+    assert not orphan.exists() and cache.lookup(str(b)) is not None
+
+
 def test_an_unpacked_export_counts_and_goes_first_when_oldest(own_cache, tmp_path, monkeypatch):
     export = tmp_path / "traces" / "nsys_serving.sqlite.gz"
     export.parent.mkdir()
