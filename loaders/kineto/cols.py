@@ -94,8 +94,16 @@ def _int_arg(parent: pa.StructArray, key: str, fill: int) -> tuple[np.ndarray, n
     return values, present
 
 
-def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, scale: int = 3) -> Block:
-    """Vectorised: one Arrow batch of raw events to the kept duration events."""
+def from_arrow(
+    ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, scale: int = 3, file_pos: np.ndarray | None = None
+) -> Block:
+    """Vectorised: one Arrow batch of raw events to the kept duration events.
+
+    ``file_pos``, for a batch whose rows are not in the file's order (``pyevents``): where each row's
+    event is in its block. Names and lanes are then numbered, and the kept events returned, in that
+    order, as they are for a batch in order. (Named pids and tids are numbered in the batch's order:
+    the reader splits a block only when its Python events have none.)
+    """
     ph = Strings(batch.column("ph"))
     ph_texts = ph.texts()
     is_x = np.asarray([p == "X" for p in ph_texts], bool)[ph.codes]
@@ -154,15 +162,16 @@ def from_arrow(ctx: Context, batch: pa.RecordBatch, dims: Dims | None = None, sc
         nbytes[is_copy] = _int_arg(args, "bytes", 0)[0][rows[is_copy]]
     detail_id = np.zeros(rows.size, np.int32)
     _details(ctx, detail_id, args, rows, kind, gpu, nbytes, dims)
+    order = np.argsort(file_pos[rows], kind="stable") if file_pos is not None else slice(None)
     return Block(
-        lane=lane_codes(ctx, lane_kind, a, b),
-        start=start[rows],
-        dur=np.where(bad_dur[rows], 0, dur[rows]),
-        name_id=_global(ctx, ctx.names, name_codes, name_texts),
-        kind=kind,
-        corr=corr[rows],
-        nbytes=nbytes,
-        detail_id=detail_id,
+        lane=lane_codes(ctx, lane_kind[order], a[order], b[order]),
+        start=start[rows[order]],
+        dur=np.where(bad_dur[rows], 0, dur[rows])[order],
+        name_id=_global(ctx, ctx.names, name_codes[order], name_texts),
+        kind=kind[order],
+        corr=corr[rows[order]],
+        nbytes=nbytes[order],
+        detail_id=detail_id[order],
     )
 
 

@@ -41,6 +41,7 @@ from gaplens.loaders.build import build_columns
 from gaplens.loaders.columns import POOL
 from gaplens.loaders.events import ordered_lanes
 from gaplens.loaders.files import GZIP_MAGIC, Progress, Source, read_head
+from gaplens.loaders.kineto import pyevents
 from gaplens.loaders.kineto.cols import Dims, from_arrow
 from gaplens.loaders.kineto.context import Block, Columns, Context
 from gaplens.loaders.kineto.dims import find_dims
@@ -62,6 +63,9 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else o
 WORKERS = max(2, min(8, _CORES))
 BLOCK_SIZE, BIG_BLOCK_SIZE = 2 << 20, 4 << 20
 MANY_THREADS = 4
+#: A layout block's Python events parsed apart, without the args struct (``pyevents``: -15% CPU on a
+#: with_stack load); ``GAPLENS_ONE_PARSE=1`` parses each block whole (the tests compare the two).
+SPLIT_PYTHON = not os.environ.get("GAPLENS_ONE_PARSE")
 BIG_JSON = 1 << 30  # bytes of JSON, estimated from the file (gzip: ~10x its size), that make a trace big
 _MIXED = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (?:string|number|array)")
 _SCALE = re.compile(r"Failed to convert JSON to decimal128\(\d+, \d+\).* requires scale (\d+)")
@@ -78,6 +82,7 @@ class LoadStats:
     retried_blocks: int = 0  # parsed again after learning a twin key or a wider decimal
     rewinds: int = 0  # layout blocks Arrow refused, cut again by structure
     slow_events: int = 0  # events decoded one by one (``slow``)
+    split_blocks: int = 0  # layout blocks whose Python events were parsed apart (``pyevents``)
     twins: list[str] = field(default_factory=list)
 
 
@@ -89,6 +94,7 @@ class _Parsed:
     error: str | None
     scale: int
     twins: frozenset[bytes]  # the twin keys this parse renamed
+    split: bool = False  # its Python events were parsed apart
 
 
 class _Reader:
@@ -99,6 +105,7 @@ class _Reader:
         self.scale = 3
         self.kernel_texts: dict[tuple, str] = {}  # shared by the blocks' Contexts (Context.kernel_texts)
         self._options: dict[tuple[int, frozenset[str]], pj.ParseOptions] = {}
+        self._python: dict[int, pj.ParseOptions] = {}  # id of one of _options -> the same without args
 
     def parse(self, piece: Piece) -> _Parsed:
         """Runs on a worker: the piece's events parsed by Arrow and classified, or Arrow's complaint."""
@@ -111,18 +118,35 @@ class _Reader:
         if options is None:
             options = pj.ParseOptions(explicit_schema=schema(scale, fields), unexpected_field_behavior="ignore")
             self._options[(scale, fields)] = options
-        # Input Dims first: its scan's temporaries and Arrow's parse then peak one after the other.
-        dims = Dims(*find_dims(text, ends))
+        # A with_stack trace's Python events apart, without the args struct (``pyevents``); not when one
+        # of them has a named pid or tid (``from_arrow`` numbers those in the batch's order, not the file's).
+        split = pyevents.split(piece.data, text, ends, piece.gap) if piece.gap is not None and SPLIT_PYTHON else None
         try:
-            table = _read_json(text, options)
+            python = _batch(split.python, self._python_options(options)) if split is not None else None
+            if python is not None and pyevents.named_ids(python):
+                split = python = None
+            if split is not None:
+                text, ends = split.others, split.others_ends
+            # Input Dims first: its scan's temporaries and Arrow's parse then peak one after the other.
+            dims = Dims(*find_dims(text, ends))
+            batch = _batch(text, options) if text.size else None
+            if split is not None and python is not None:
+                batch = split.merge(python, batch, options.explicit_schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             return _Parsed(None, None, 0, str(exc), scale, frozenset(twins))
-        batches = table.combine_chunks().to_batches()
-        batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
-        del table, batches
+        assert batch is not None
         local = Context(kernel_texts=self.kernel_texts)
-        block = from_arrow(local, batch, dims, scale)
-        return _Parsed(block, local, batch.num_rows, None, scale, frozenset(twins))
+        block = from_arrow(local, batch, dims, scale, split.file_pos if split is not None else None)
+        return _Parsed(block, local, batch.num_rows, None, scale, frozenset(twins), split is not None)
+
+    def _python_options(self, options: pj.ParseOptions) -> pj.ParseOptions:
+        """``options`` without the ``args`` struct: for a block's Python events (``pyevents``)."""
+        found = self._python.get(id(options))
+        if found is None:
+            fields = [f for f in options.explicit_schema if f.name != "args"]
+            found = pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
+            self._python[id(options)] = found
+        return found
 
     def learn(self, parsed: _Parsed, stats: LoadStats) -> bool:
         """Adapt to Arrow's complaint about a parse; False when a new parse cannot help."""
@@ -141,6 +165,13 @@ class _Reader:
                 self.scale = wider
             return self.scale > parsed.scale
         return False
+
+
+def _batch(text: np.ndarray, options: pj.ParseOptions) -> pa.RecordBatch:
+    """Arrow's parse of one block's text, as one batch."""
+    table = _read_json(text, options)
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
 
 
 def _read_json(text: np.ndarray, options: pj.ParseOptions) -> pa.Table:
@@ -293,6 +324,7 @@ def _settle(reader: _Reader, piece: Piece, parsed: _Parsed, ctx: Context, stats:
         stats.slow_events += lines
         return from_lines(ctx, ndjson)
     stats.retried_blocks += retried
+    stats.split_blocks += parsed.split
     assert parsed.block is not None and parsed.local is not None
     stats.events += parsed.rows
     return ctx.merge(parsed.local, parsed.block)
