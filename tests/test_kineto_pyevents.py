@@ -84,3 +84,56 @@ def test_named_pids_turn_the_split_off(tmp_path, monkeypatch):
     assert "pid" in stats.twins and 0 < stats.split_blocks < stats.layout_blocks  # all but its block
     _same(whole, apart)
     assert any(ln.pid <= -1000 for ln in apart.lanes)  # the named pid has its lane
+
+
+#: One Python event of a late block rewritten as a hostile or unusual writer would: (what, by what).
+HOSTILE = [
+    ("name", b'"name": "esc\\"aped \\u00e9\\t"'),
+    ("name", b'"name": ""'),
+    ("pid", b'"pid": 9223372036854775807'),
+    ("pid", b'"pid": "host-9"'),
+    ("ts", b'"ts": "5096716331701.973"'),
+    ("ts", b'"ts": 5096716331701.97312'),
+    ("dur", b'"dur": -5.5'),
+    ("dur", b""),  # no dur
+    ("args", b'"args": {"correlation": 77}'),
+    ("args", b'"args": {"Input Dims": [[2, 3]], "Input Strides": [[3, 1]]}'),
+    ("args", b'"args": {"Python id": {"deep": [1, 2, {"x": null}]}}'),
+    ("extra", b'"extra": [1, "two"]'),
+]
+
+
+_FIELD = rb'"(name|pid|tid|ts|dur|args)": ((?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^,\n]+))'
+
+
+def _rewrite(text: bytes, key: str, value: bytes, nth_from_end: int = 40) -> bytes:
+    """``text`` with the ``nth_from_end`` Python event's ``key`` written as ``value`` (b"": dropped; "extra":
+    ``value`` added), its head (``{`` to its category) kept as the writer wrote it: the split still takes it."""
+    at = len(text)
+    for _ in range(nth_from_end):
+        at = text.rfind(b'"cat": "python_function"', 0, at)
+    end = text.index(b"\n  }", at) + 4
+    head_end = at + len(b'"cat": "python_function"')
+    fields = dict(
+        re.findall(rb'"(name|pid|tid|ts|dur|args)": ((?:"(?:[^"\\]|\\.)*"|\{[^{}]*\}|[^,\n]+))', text[head_end:end])
+    )
+    assert set(fields) == {b"name", b"pid", b"tid", b"ts", b"dur", b"args"}
+    fields.pop(key.encode(), None)
+    body = b"".join(b', "%s": %s' % (k, v) for k, v in fields.items()) + (b", " + value if value else b"")
+    return text[:head_end] + body + b"}" + text[end:]
+
+
+@pytest.mark.parametrize(("key", "value"), HOSTILE, ids=[f"{k}-{i}" for i, (k, _) in enumerate(HOSTILE)])
+def test_a_hostile_python_event_reads_as_one_parse_reads_it(key, value, tmp_path, monkeypatch):
+    path = tmp_path / "hostile.json"
+    path.write_bytes(_rewrite(_tiled(tmp_path).read_bytes(), key, value))
+    got = []
+    for split in (False, True):
+        try:
+            got.append(_load(path, split, monkeypatch, 256 << 10)[0])
+        except Exception as exc:  # both must fail alike, or both read the same trace
+            got.append(f"{type(exc).__name__}: {exc}")
+    if isinstance(got[0], str) or isinstance(got[1], str):
+        assert got[0] == got[1]
+    else:
+        _same(*got)

@@ -7,11 +7,12 @@ id``, ``Ev Idx``) is in the schema. Yet under the schema every event fills the ~
 without it (``python -m bench.stages`` shows the whole load). So a layout block's events whose text
 starts with the block's first ``python_function`` event's head (``{`` to its category) are cut out
 and parsed under the schema without ``args``, the others under the whole schema, and the two
-batches are put back in the block's order with the Python events' ``args`` all null: the batch the
-reader classifies is the one a single parse gives, as long as no Python event's args hold a key the
-reader reads (PyTorch writes ``Python parent id``, ``Python id``, ``Python thread`` and ``Ev Idx``;
-looking for ``correlation`` or ``Input Dims`` in their text cost ~1.5 ms a block, more than
-the split gains on it). ``GAPLENS_ONE_PARSE=1`` parses every block whole.
+batches are classified as one, in the block's order (``cols.from_arrow``'s ``file_pos``), the Python
+events' ``args`` all null: the trace is the one a single parse gives. Of a Python event's args the
+reader would read only ``correlation`` and ``Input Dims``/``Input Strides`` (PyTorch writes ``Python
+parent id``, ``Python id``, ``Python thread`` and ``Ev Idx``), so a block whose Python events hold
+either key is parsed whole (the look costs ~0.7 ms of a block's ~6 ms saved).
+``GAPLENS_ONE_PARSE=1`` parses every block whole.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import pyarrow as pa
 from gaplens.loaders.columns import POOL
 
 CATEGORY = b'"python_function"'
+#: The keys of a Python event's args the reader would read (``cols.from_arrow``: the correlation of
+#: every kept event; ``dims``: the shapes of a host event).
+READ_KEYS = (b'"correlation"', b'"Input ')
 _HEAD = re.compile(rb'\{\s*"ph"\s*:\s*"X"\s*,\s*"cat"\s*:\s*"python_function"')
 
 
@@ -108,7 +112,8 @@ def _starts_with(text: np.ndarray, starts: np.ndarray, head: bytes) -> np.ndarra
 
 def split(data: bytearray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Split | None:
     """Cut a layout block (``text``: its bytes with the separators' commas blanked, ``ends`` where) in two;
-    None when it holds no Python event, or their head is not ``{"ph": "X", "cat": "python_function"``."""
+    None when it holds no Python event, their head is not ``{"ph": "X", "cat": "python_function"``, or
+    their text holds a key of ``READ_KEYS``."""
     at = data.find(CATEGORY)
     if at < 0 or text.size == 0 or text[0] != ord("{"):
         return None
@@ -126,6 +131,8 @@ def split(data: bytearray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Sp
         return None
     view = memoryview(text)
     python, _ = _joined(view, starts, stops, python_rows)
+    if any(key in python for key in READ_KEYS):
+        return None
     if other_rows.size:
         others, other_stops = _joined(view, starts, stops, other_rows)
     else:
