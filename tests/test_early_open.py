@@ -214,3 +214,59 @@ def test_the_cli_never_leaves_the_collector_paused(trace_path, collector, monkey
     monkeypatch.setattr(gaplens.tui.app, "run_app", lambda path, early=None: early.wait("readings") and 0)
     assert main([trace_path]) == 0
     assert collector.isenabled()
+
+
+def test_a_cold_open_caches_its_trace_once_the_timeline_is_up(trace_path, monkeypatch):
+    from gaplens.store import cache
+
+    early = EarlyOpen(trace_path)
+    assert early.wait_trace(lambda *_: None) is not None
+    assert cache.lookup(trace_path) is None  # parsed, not yet written: the first frame does not wait for it
+    app = make_app(trace_path, early=early)
+    drawn_at_store: list[bool] = []
+    real = cache.store
+
+    def store(path, trace):
+        drawn_at_store.append(app._first_drawn.is_set())
+        return real(path, trace)
+
+    monkeypatch.setattr(cache, "store", store)
+    _run(app)
+    assert app.error is None and drawn_at_store == [True]  # once, after the first frame
+    assert cache.lookup(trace_path) is not None
+
+
+def test_a_cold_open_that_quits_at_once_still_caches(trace_path):
+    from gaplens.store import cache
+
+    early = EarlyOpen(trace_path)
+    assert early.wait_trace(lambda *_: None) is not None
+    app = make_app(trace_path, early=early)
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("q")
+
+    asyncio.run(main())
+    for _ in range(200):  # the worker writes it when it sees the quit
+        if cache.lookup(trace_path) is not None:
+            break
+        time.sleep(0.02)
+    assert cache.lookup(trace_path) is not None
+
+
+def test_a_damaged_entry_is_said_on_a_cold_early_open(trace_path):
+    from gaplens.store import cache
+
+    load(trace_path)
+    base, _, _ = cache._entry(trace_path)
+    arrow = base.with_suffix(".arrow")
+    data = bytearray(arrow.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    arrow.write_bytes(bytes(data))
+    early = EarlyOpen(trace_path)
+    trace = early.wait_trace(lambda *_: None)
+    assert trace is not None and any("damaged" in w for w in trace.meta.warnings)
+    early.store()
+    hit, damaged = cache.lookup_checked(trace_path)
+    assert hit is not None and not damaged  # rebuilt

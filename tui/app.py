@@ -186,6 +186,12 @@ class GaplensApp(FinderApp, ProtocolApp):
             return
         if not isinstance(self.source, TimelineModel):
             self.post_message(ModelReady(model, final=False))
+        if early is not None and early.unstored:
+            # A cold open's cache entry, written once the timeline is up (at once when the viewer quit).
+            waited = 0.0
+            while not worker.is_cancelled and waited < FIRST_FRAME_WAIT_S and not self._first_drawn.wait(0.05):
+                waited += 0.05
+            early.store()
         if worker.is_cancelled:  # quit before the readings: skip seconds of work nobody will see
             return
         try:
