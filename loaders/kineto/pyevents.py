@@ -110,10 +110,12 @@ def _starts_with(text: np.ndarray, starts: np.ndarray, head: bytes) -> np.ndarra
     return ok
 
 
-def split(data: bytearray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Split | None:
+def split(data: bytearray | np.ndarray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Split | None:
     """Cut a layout block (``text``: its bytes with the separators' commas blanked, ``ends`` where) in two;
     None when it holds no Python event, their head is not ``{"ph": "X", "cat": "python_function"``, or
     their text holds a key of ``READ_KEYS``."""
+    if not isinstance(data, bytearray):
+        return None  # a block cut by structure (NDJSON): not the writer's layout
     at = data.find(CATEGORY)
     if at < 0 or text.size == 0 or text[0] != ord("{"):
         return None
@@ -129,7 +131,7 @@ def split(data: bytearray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Sp
     other_rows = np.flatnonzero(~is_python)
     if python_rows.size == 0:
         return None
-    view = memoryview(text)
+    view = text.data
     python, _ = _joined(view, starts, stops, python_rows)
     if any(key in python for key in READ_KEYS):
         return None
