@@ -66,7 +66,7 @@ def test_eager_steps(eager: Walkthrough) -> None:
     # 6: the lever of the group holding most on-path blank time in steady steps, not THE gap's: the eager
     # decode loop launches every kernel from Python (no graph launch in the file), so launches dominate.
     assert s6.facts[0].startswith("launch-bound: ")
-    assert "steady decode_step" in s6.facts[0]
+    assert "steady steps (decode_step" in s6.facts[0]
     assert s6.facts[1].startswith("lever: ") and "CUDA graph" in s6.facts[1]
     assert s6.suggestion == s6.facts[1].removeprefix("lever: ")
     assert any(f.startswith("the largest blank region (steps 4 and 5: ") for f in s6.facts)  # THE gap stays

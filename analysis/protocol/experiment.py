@@ -104,14 +104,15 @@ class Steady:
 
     @property
     def words(self) -> str:
-        """``in 31 steady decode_step (warm-up decode_step 0 set apart)`` or ``in the GPU window``."""
+        """``in 31 steady steps (decode_step; warm-up decode_step 0 set apart)`` or ``in the GPU window``: the
+        family's own name in brackets (a family named ``step`` read "in 5 steady step" before)."""
         if not self.label:
             return "in the GPU window"
-        out = f"in {self.count} steady {self.label}"
+        aside = self.label
         if self.warmup:
             shown = ", ".join(self.warmup[:3]) + (f" and {len(self.warmup) - 3} more" if len(self.warmup) > 3 else "")
-            out += f" (warm-up {shown} set apart)"
-        return out
+            aside += f"; warm-up {shown} set apart"
+        return f"in {self.count} steady step{'' if self.count == 1 else 's'} ({aside})"
 
 
 def steady(trace: Trace, st: Steps) -> Steady:
