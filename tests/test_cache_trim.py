@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import time
@@ -131,3 +132,24 @@ def test_an_unpacked_export_counts_and_goes_first_when_oldest(own_cache, tmp_pat
     assert not unpacked[0].exists() and not seal.exists()
     # Its trace entry was newer than the export: it stays, and the export is unpacked again when needed.
     assert len(load(str(export))) > 0
+
+
+def test_a_process_writing_many_entries_does_not_look_at_the_folder_each_time(own_cache, tmp_path, monkeypatch):
+    """A job read in one process writes an entry per rank: under the limit, the folder is looked at whole
+    once per RESCAN_WRITES writes, not once per write (which grew with the square of the ranks)."""
+    looks = []
+    real = trim.entries
+    monkeypatch.setattr(trim, "entries", lambda root=None: looks.append(1) or real(root))
+    monkeypatch.setattr(trim, "RESCAN_WRITES", 4)
+    paths = _copies(tmp_path)
+    for k in range(12):  # twelve entries: copies of three traces, each with its own content
+        dst = tmp_path / "traces" / f"rank{k}.json"
+        dst.write_bytes(gzip.decompress(paths[k % 3].read_bytes()) + b" " * (k + 1))
+        load(str(dst))
+    assert 2 <= len(looks) <= 4  # the first write, then one per four
+    # Past the limit the next write looks at once, and trims.
+    monkeypatch.setenv("GAPLENS_CACHE_MAX_MB", "0.001")
+    dst = tmp_path / "traces" / "last.json"
+    dst.write_bytes(gzip.decompress(paths[0].read_bytes()) + b"  \n" * 50)
+    load(str(dst))
+    assert len(trim.entries()) == 1 and cache.lookup(str(dst)) is not None
