@@ -16,6 +16,12 @@ readings), **warm, recomputed** (trace from the cache, readings kept off: what e
 open cost before ``store.readings``) and **warm** (trace and readings from the cache).
 Targets (``bench.targets``, issue 31): warm readings on screen <= 0.8x a bare gunzip of the
 file; cold first frame <= 0.4x the bare parse floor (gunzip + orjson), at 1M and 5M events.
+
+``GAPLENS_BENCH_VIEWER_BOUND=python,gpu`` adds cold opens of a lighter load (``bench.bounds``):
+**python**, every layout block's ``python_function`` events cut out and never parsed (a preview
+drawn before the Python stacks); **gpu**, only the GPU streams' events kept (a frame of the GPU rows
+alone). Each bounds what such a first frame could gain; its timeline lacks events, so it is a
+measurement, never a reading.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import time
 import zlib
 from pathlib import Path
 
+from bench.bounds import BOUNDS, BOUNDS_SAID
 from bench.children import child_env
 from bench.targets import COLD_FIRST_FRAME_OVER_FLOOR, WARM_READINGS_OVER_GUNZIP, Figure, at_most, print_figures
 
@@ -45,6 +52,10 @@ import time
 t0 = time.perf_counter()
 import asyncio, json, sys
 from gaplens.tui.cli import main  # the CLI's own imports, paid by every `gaplens TRACE`
+import os
+if os.environ.get("GAPLENS_BENCH_BOUND"):
+    from bench import bounds
+    bounds.BOUNDS[os.environ["GAPLENS_BENCH_BOUND"]]()
 from gaplens.tui.early import start
 early = start(sys.argv[1])  # as gaplens.tui.cli.run_tui does, before the app's imports
 from gaplens.tui.app import GaplensApp, make_app
@@ -71,8 +82,8 @@ print(json.dumps(out))
 """.replace("SIZE", repr(SIZE))
 
 
-def _open(path: str, cache: str, keep: bool) -> dict:
-    env = child_env(GAPLENS_CACHE_DIR=cache, GAPLENS_READINGS_CACHE="1" if keep else "0")
+def _open(path: str, cache: str, keep: bool, bound: str = "") -> dict:
+    env = child_env(GAPLENS_CACHE_DIR=cache, GAPLENS_READINGS_CACHE="1" if keep else "0", GAPLENS_BENCH_BOUND=bound)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, path], capture_output=True, text=True, env=env, cwd=ROOT, timeout=TIMEOUT_S
@@ -122,6 +133,11 @@ def run(args) -> None:
 
 def bench_one(path: str, repeats: int) -> list[Figure]:
     rows: dict[str, list[dict]] = {"cold": [], "warm, recomputed": [], "warm": []}
+    bounds = [b.strip() for b in os.environ.get("GAPLENS_BENCH_VIEWER_BOUND", "").split(",") if b.strip()]
+    for name in bounds:
+        if name not in BOUNDS:
+            raise SystemExit(f"GAPLENS_BENCH_VIEWER_BOUND: {name!r} is none of {', '.join(BOUNDS)}")
+        rows[f"cold, {name} bound"] = []
     for _ in range(repeats):
         cache = tempfile.mkdtemp(prefix="gaplens-bench-viewer-")
         try:
@@ -131,6 +147,12 @@ def bench_one(path: str, repeats: int) -> list[Figure]:
                 rows["warm"].append(_open(path, cache, keep=True))
         finally:
             shutil.rmtree(cache, ignore_errors=True)
+        for name in bounds:  # each in its own cache: it must neither read nor leave the whole trace's entry
+            cache = tempfile.mkdtemp(prefix="gaplens-bench-viewer-")
+            try:
+                rows[f"cold, {name} bound"].append(_open(path, cache, keep=True, bound=name))
+            finally:
+                shutil.rmtree(cache, ignore_errors=True)
     gunzip, floor = min(_floor(path) for _ in range(repeats))
     events = rows["cold"][0]["events"]
     print(f"{Path(path).name}: {events:,} events; bare gunzip {gunzip:.2f} s; gunzip + orjson {floor:.2f} s")
@@ -149,6 +171,13 @@ def bench_one(path: str, repeats: int) -> list[Figure]:
         f"  warm readings vs bare gunzip: {warm / gunzip:.2f}x; "
         f"cold first frame vs parse floor: {cold_first / floor:.2f}x"
     )
+    for name in bounds:
+        runs = rows[f"cold, {name} bound"]
+        first = min(r["first"] for r in runs)
+        print(
+            f"  {name} bound: {BOUNDS_SAID[name]} ({runs[0]['events']:,} of {events:,} events drawn): "
+            f"first frame {first:.2f} s, {first / floor:.2f}x the whole file's parse floor"
+        )
     label = f"{events / 1e6:.2f}M events"
     return [
         Figure(
