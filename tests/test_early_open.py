@@ -177,9 +177,21 @@ def test_a_warm_open_pauses_the_collector_until_its_readings_are_drawn(trace_pat
     early.wait("readings")
     assert not collector.isenabled()  # still paused: the screen is not up yet
     app = make_app(trace_path, early=early)
-    _run(app)
+    resumed: list[bool] = []
+
+    async def main() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            # The collector resumes after the refresh that draws the readings: wait for that refresh
+            # (up to 8 s), not only for the model (the loop used to quit in between).
+            for _ in range(400):
+                if app.loaded and app.model is not None and not app.analysing and collector.isenabled():
+                    break
+                await pilot.pause(0.02)
+            resumed.append(collector.isenabled())
+
+    asyncio.run(main())
     assert app.error is None and not app.analysing
-    assert collector.isenabled() and collector.get_freeze_count() > frozen  # start-up's objects set aside
+    assert resumed == [True] and collector.get_freeze_count() > frozen  # start-up's objects set aside
 
 
 def test_a_cold_open_resumes_the_collector_before_it_parses(trace_path, collector):
