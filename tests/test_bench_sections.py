@@ -61,3 +61,17 @@ def test_each_figure_is_printed_beside_its_target_baseline_and_verdict(capsys):
     assert "MISSED" in lines[3] and lines[3].rstrip().endswith("0.5/2")
     # the 5M target from 3M events on; a --quick trace is not judged (the interpreter alone is ~65 MB)
     assert peak_met(150, 1_260_000) and not peak_met(150, 5_100_000) and peak_met(999, 100_000) is None
+
+
+def test_the_viewer_child_opens_the_lighter_loads_of_the_bounds(tmp_path, monkeypatch):
+    """``GAPLENS_BENCH_VIEWER_BOUND``'s opens reach the child: each draws fewer events than the whole load."""
+    from bench import viewer
+    from tests.test_kineto_pyevents import _tiled
+
+    monkeypatch.setattr(children, "PYCACHE", tmp_path / "pycache")
+    monkeypatch.setitem(children._DONE, "compiled", True)
+    path = str(_tiled(tmp_path, copies=24))  # ~10 MB: most blocks cut at the writer's separator
+    whole = len(load(path, use_cache=False))
+    python = viewer._open(path, str(tmp_path / "c1"), keep=True, bound="python")
+    gpu = viewer._open(path, str(tmp_path / "c2"), keep=True, bound="gpu")
+    assert 0 < gpu["events"] < python["events"] < whole
