@@ -21,7 +21,10 @@ import pyarrow as pa
 
 from gaplens.loaders.kineto import pyevents, reader
 
-#: The categories a frame of the GPU rows needs (``cols.CATEGORIES``: what lands on a stream lane).
+#: The categories of nearly all GPU work in PyTorch's traces (``fields.CATEGORIES``: they land on GPU lanes),
+#: as written now and in 2020. The rarer ones (``cuda_sync``, ``cuda_profiler_range``, ``Memset``, other
+#: writers' ``memcpy``) are left out: each costs a compare per event of every block, and fewer only make
+#: the bound lower, which a bound may be.
 GPU_CATEGORIES = (b'"kernel"', b'"gpu_memcpy"', b'"gpu_memset"', b'"gpu_user_annotation"', b'"Kernel"', b'"Memcpy"')
 
 

@@ -53,7 +53,7 @@ t0 = time.perf_counter()
 import asyncio, json, sys
 from gaplens.tui.cli import main  # the CLI's own imports, paid by every `gaplens TRACE`
 import os
-if os.environ.get("GAPLENS_BENCH_BOUND"):
+if os.environ.get("GAPLENS_BENCH_BOUND"):  # pyarrow's import then precedes the early open's: a bound errs late
     from bench import bounds
     bounds.BOUNDS[os.environ["GAPLENS_BENCH_BOUND"]]()
 from gaplens.tui.early import start
