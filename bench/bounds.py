@@ -65,9 +65,7 @@ def keep_gpu_events() -> None:
         at, x = head.find(b'"cat": '), head.find(b'"ph": "X"')
         if piece.gap is None or at < 0 or x < 0:
             return text, ends
-        comma = piece.gap.index(b",")
-        stops = np.append(ends - comma, text.size)
-        starts = np.insert(stops[:-1] + len(piece.gap), 0, 0)
+        starts, stops = pyevents.event_bounds(text, ends, piece.gap)
         keep = ~pyevents._starts_with(text, starts, head[: x + len(b'"ph": "X"')])
         for cat in GPU_CATEGORIES:
             keep |= pyevents._starts_with(text, starts, head[: at + len(b'"cat": ')] + cat)

@@ -110,6 +110,13 @@ def _starts_with(text: np.ndarray, starts: np.ndarray, head: bytes) -> np.ndarra
     return ok
 
 
+def event_bounds(text: np.ndarray, ends: np.ndarray, gap: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where each event of a layout block starts and stops (``text[start:stop]`` is its ``{...}``), from the
+    positions of its blanked separators' commas (``ends``) and the separator (``gap``)."""
+    stops = np.append(ends - gap.index(b","), text.size)
+    return np.insert(stops[:-1] + len(gap), 0, 0), stops
+
+
 def split(data: bytearray | np.ndarray, text: np.ndarray, ends: np.ndarray, gap: bytes) -> Split | None:
     """Cut a layout block (``text``: its bytes with the separators' commas blanked, ``ends`` where) in two;
     None when it holds no Python event, their head is not ``{"ph": "X", "cat": "python_function"``, or
@@ -119,9 +126,7 @@ def split(data: bytearray | np.ndarray, text: np.ndarray, ends: np.ndarray, gap:
     at = data.find(CATEGORY)
     if at < 0 or text.size == 0 or text[0] != ord("{"):
         return None
-    comma = gap.index(b",")
-    stops = np.append(ends - comma, text.size)
-    starts = np.insert(stops[:-1] + len(gap), 0, 0)
+    starts, stops = event_bounds(text, ends, gap)
     k = int(np.searchsorted(starts, at, side="right")) - 1
     head = bytes(data[starts[k] : at + len(CATEGORY)])
     if not _HEAD.fullmatch(head):
