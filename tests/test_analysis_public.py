@@ -180,3 +180,28 @@ def test_hta_difference_on_ns_resolution_is_launch_calls_straddling_the_previous
     # copy. Between kernels the two readings agree up to difference 2, which explains what remains.
     assert ours >= hta
     assert explained == pytest.approx(ours - hta, abs=0.03)
+
+
+def test_the_graph_levers_launch_count_is_the_calls_that_queued_gpu_work():
+    """HTA's large_216k: the lever said "its 8,066 launches per step" while each step holds 3,874
+    cudaLaunchKernel and 176 cudaMemsetAsync; the rest were the runtime's queries and stream waits
+    (cudaOccupancy*, cudaEventQuery, cudaStreamIsCapturing, cudaStreamWaitEvent), which queue no GPU work."""
+    from gaplens.analysis.levers import GRAPH_STEP_LEVER, graph_lever
+
+    name = "hta/large_216k_events.json.gz"
+    with gzip.open(shared_public(name)) as fh:
+        events = json.load(fh)["traceEvents"]
+    steps = [
+        (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        for e in events
+        if e.get("name", "").startswith("ProfilerStep")
+    ]
+    queue = [
+        float(e["ts"])
+        for e in events
+        if e.get("cat") == "cuda_runtime" and e["name"] in ("cudaLaunchKernel", "cudaMemsetAsync")
+    ]
+    per_step = {sum(a <= t < b for t in queue) for a, b in steps}
+    assert len(per_step) == 1  # every step launches the same work: the steady ones' mean is that count
+    want = GRAPH_STEP_LEVER.format(launches=f"{per_step.pop():,}")
+    assert graph_lever(public(name), "training", "") == want
