@@ -320,29 +320,34 @@ def per_step(trace: Trace, idx: np.ndarray) -> tuple[float, str]:
     """How many of the events ``idx`` fall in a steady step, per steady step, and the unit ("per step" /
     "per decode_step"); over the whole trace ("in the trace") without steps."""
 
+    steady, count, unit = _in_steady(trace, idx)
+    return int(steady.sum()) / count, unit
+
+
+def _in_steady(trace: Trace, idx: np.ndarray) -> tuple[np.ndarray, int, str]:
+    """Which of the events ``idx`` fall in a steady step, how many steady steps there are, and the unit; without
+    steps, all of them, over one "step": the trace."""
     st = steps(trace)
     if not st or not st.steady:
-        return float(idx.size), "in the trace"
+        return np.ones(idx.size, dtype=bool), 1, "in the trace"
     k = step_of(trace, idx, st)
-    steady = st.steady_mask()
-    n = int(((k >= 0) & steady[np.maximum(k, 0)]).sum())
-    return n / max(len(st.steady), 1), f"per {st.label}"
+    return (k >= 0) & st.steady_mask()[np.maximum(k, 0)], max(len(st.steady), 1), f"per {st.label}"
 
 
 def _calls_text(trace: Trace, idx: np.ndarray) -> str:
-    """``cudaFree ×12, cudaMalloc ×12 per train_step (3.1 ms)``: the calls by name, most time first."""
+    """``cudaFree ×12, cudaMalloc ×12 per train_step (3.1 ms)``: the calls by name, most time first, their
+    counts and time those of the steady steps (the warm-up's calls once scaled the time: 9.33 for 9.30 ms)."""
 
     if idx.size == 0:
         return ""
-    per, unit = per_step(trace, idx)
-    share = per / max(idx.size, 1)
+    steady, count, unit = _in_steady(trace, idx)
     ids, inv = np.unique(trace.name_id[idx], return_inverse=True)
     dur = (trace.end_ns[idx] - trace.start_ns[idx]).astype(np.int64)
     t = np.bincount(inv, weights=dur, minlength=ids.size)
-    n = np.bincount(inv, minlength=ids.size)
+    n = np.bincount(inv[steady], minlength=ids.size) / count
     order = np.argsort(-t)[:3]
-    parts = [f"{trace.names[int(ids[j])]} ×{n[j] * share:.3g}" for j in order.tolist()]
-    return f"{', '.join(parts)} {unit} ({fmt_ns(int(dur.sum() * share))})"
+    parts = [f"{trace.names[int(ids[j])]} ×{n[j]:.3g}" for j in order.tolist()]
+    return f"{', '.join(parts)} {unit} ({fmt_ns(int(dur[steady].sum() / count))})"
 
 
 #: Synchronising calls per steady step from which the syncs are "inside the loop" (per layer, per token,
